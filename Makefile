@@ -1,0 +1,40 @@
+# idempotency — PGXS build.  Users type `make demo` and `make test`;
+# `make install` / `make installcheck` work as for any PGXS extension.
+
+EXTENSION   = idempotency
+EXTVERSION  = $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" $(EXTENSION).control)
+MODULE_big  = $(EXTENSION)
+OBJS        = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
+DATA        = $(sort $(wildcard $(EXTENSION)--*.sql))
+
+PG_CPPFLAGS = -I$(srcdir)/src
+PG_CFLAGS   = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
+
+# pg_regress: sql/NAME.sql against expected/NAME.out
+REGRESS      = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS_OPTS = --load-extension=$(EXTENSION)
+# pg_isolation_regress: test/specs/NAME.spec against test/expected/NAME.out
+ISOLATION      = $(patsubst test/specs/%.spec,%,$(sort $(wildcard test/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=test --load-extension=$(EXTENSION)
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# The suites one at a time, against the server named by PGHOST/PGPORT
+# (scripts/test.sh starts one); installcheck runs the first two together.
+.PHONY: regresscheck isolationcheck pgtapcheck
+regresscheck:
+	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
+isolationcheck:
+	$(pg_isolation_regress_installcheck) $(ISOLATION_OPTS) $(ISOLATION)
+pgtapcheck:
+	pg_prove --failures --dbname $(EXTENSION)_pgtap $(sort $(wildcard test/pgtap/*.sql))
+
+# The two user commands.  Each script installs what is missing, builds and
+# installs the extension, runs a throwaway cluster and stops it on exit.
+.PHONY: test demo
+test:
+	bash scripts/test.sh
+demo:
+	bash scripts/demo.sh

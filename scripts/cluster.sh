@@ -1,0 +1,91 @@
+# scripts/cluster.sh — sourced by test.sh and demo.sh (and later bench.sh).
+#
+# Installs what is missing from Debian's archive, builds and installs the
+# extension, and runs a throwaway PostgreSQL 15 cluster as an unprivileged
+# OS user on a private Unix socket directory (no TCP).  cluster_start sets
+# an EXIT trap that stops the server and removes its directory, also when a
+# step fails.  After cluster_start, PGHOST, PGPORT and PGUSER point at it.
+
+PG_MAJOR=${PG_MAJOR:-15}
+PG_BINDIR=/usr/lib/postgresql/$PG_MAJOR/bin
+export PG_CONFIG=$PG_BINDIR/pg_config
+IDEM_PACKAGES=(make gcc "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
+               "postgresql-$PG_MAJOR-pgtap" libtap-parser-sourcehandler-pgtap-perl
+               libipc-run-perl)
+
+say() { printf '==> %s\n' "$*" >&2; }
+
+# Run a command as root: directly when we are root, else through sudo.
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# ensure_packages PKG...: apt-get install the ones not installed yet.
+ensure_packages() {
+    local missing=() p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \
+            || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    say "installing from Debian's archive: ${missing[*]}"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# build_and_install: compile as the caller, install as root.
+build_and_install() {
+    say "building and installing the extension"
+    make -s PG_CONFIG="$PG_CONFIG" >/dev/null
+    as_root make -s PG_CONFIG="$PG_CONFIG" install >/dev/null
+}
+
+# The OS user that owns the server: postgres when we are root (PostgreSQL
+# refuses to run as root), else ourselves.
+CLUSTER_OS_USER=$( [ "$(id -u)" -eq 0 ] && echo postgres || id -un )
+
+as_cluster_user() {
+    if [ "$(id -u)" -eq 0 ]; then runuser -u "$CLUSTER_OS_USER" -- "$@"; else "$@"; fi
+}
+
+CLUSTER_DIR=
+cluster_stop() {
+    [ -n "$CLUSTER_DIR" ] || return 0
+    if [ -f "$CLUSTER_DIR/data/postmaster.pid" ]; then
+        as_cluster_user "$PG_BINDIR/pg_ctl" -D "$CLUSTER_DIR/data" -m fast -w stop >/dev/null 2>&1 \
+            || as_cluster_user "$PG_BINDIR/pg_ctl" -D "$CLUSTER_DIR/data" -m immediate -w stop >/dev/null 2>&1
+    fi
+    rm -rf "$CLUSTER_DIR"
+    CLUSTER_DIR=
+}
+
+# cluster_start [postgresql.conf lines...]: initdb and start a new cluster.
+cluster_start() {
+    if [ "$(id -u)" -eq 0 ] && ! id "$CLUSTER_OS_USER" >/dev/null 2>&1; then
+        useradd --system --user-group --home-dir /var/lib/postgresql --shell /bin/bash "$CLUSTER_OS_USER"
+    fi
+    CLUSTER_DIR=$(mktemp -d /tmp/idempotency-cluster.XXXXXX)
+    trap cluster_stop EXIT
+    trap 'exit 130' INT TERM
+    chmod 755 "$CLUSTER_DIR"
+    [ "$(id -u)" -eq 0 ] && chown "$CLUSTER_OS_USER" "$CLUSTER_DIR"
+
+    export PGHOST=$CLUSTER_DIR PGPORT=${IDEM_PGPORT:-54329} PGUSER=postgres PGDATABASE=postgres
+    as_cluster_user "$PG_BINDIR/initdb" -D "$CLUSTER_DIR/data" -U postgres \
+        --auth=trust --encoding=UTF8 --locale=C.UTF-8 >"$CLUSTER_DIR/initdb.log" 2>&1 \
+        || { cat "$CLUSTER_DIR/initdb.log" >&2; return 1; }
+    {
+        echo "listen_addresses = ''"
+        echo "unix_socket_directories = '$CLUSTER_DIR'"
+        echo "port = $PGPORT"
+        echo "max_connections = 100"
+        echo "max_prepared_transactions = 10"
+        echo "fsync = off"
+        local line
+        for line in "$@"; do echo "$line"; done
+    } >>"$CLUSTER_DIR/data/postgresql.conf"
+    as_cluster_user "$PG_BINDIR/pg_ctl" -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" -w start >/dev/null \
+        || { cat "$CLUSTER_DIR/server.log" >&2; return 1; }
+    say "PostgreSQL $PG_MAJOR running as OS user $CLUSTER_OS_USER on socket $CLUSTER_DIR, port $PGPORT"
+}

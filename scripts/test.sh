@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# make test: build, install, start a throwaway PostgreSQL 15 cluster, run
+# pg_regress, the isolation specs and the pgTAP suites, stop the cluster.
+# Ends with "N passed, N failed"; exits non-zero if anything failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. scripts/cluster.sh
+
+ensure_packages "${IDEM_PACKAGES[@]}" || exit 1
+build_and_install || exit 1
+cluster_start || exit 1
+
+passed=0
+failed=0
+log=$(mktemp)
+
+# pg_regress and pg_isolation_regress print one "... ok" or "... FAILED"
+# line per test file.
+run_regress_suite() {
+    local name=$1 target=$2 diffs=$3 rc ok bad
+    say "$name"
+    make -s PG_CONFIG="$PG_CONFIG" "$target" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    ok=$(grep -cE '\.\.\. ok' "$log")
+    bad=$(grep -cE '\.\.\. (FAILED|failed)' "$log")
+    # a suite that died before reporting any test counts as a failure
+    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
+    passed=$((passed + ok)); failed=$((failed + bad))
+    if [ -s "$diffs" ]; then say "differences ($diffs):"; cat "$diffs"; fi
+}
+
+# pgTAP: one assertion is one test.
+run_pgtap_suite() {
+    local total bad rc
+    say "pgTAP suites"
+    createdb idempotency_pgtap && psql -q -X -v ON_ERROR_STOP=1 -d idempotency_pgtap \
+        -c 'CREATE EXTENSION pgtap' -c 'CREATE EXTENSION idempotency' || { failed=$((failed + 1)); return; }
+    make -s PG_CONFIG="$PG_CONFIG" pgtapcheck 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    total=$(sed -n 's/.*Tests=\([0-9]*\).*/\1/p' "$log" | tail -n 1)
+    bad=$(sed -n 's/.*Failed \([0-9]*\)\/[0-9]* subtests.*/\1/p' "$log" | awk '{s += $1} END {print s + 0}')
+    total=${total:-0}
+    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
+    passed=$((passed + total - (bad > total ? total : bad)))
+    failed=$((failed + bad))
+}
+
+run_regress_suite "pg_regress" regresscheck regression.diffs
+run_regress_suite "isolation specs" isolationcheck output_iso/regression.diffs
+run_pgtap_suite
+rm -f "$log"
+
+if [ "$failed" -ne 0 ]; then
+    say "server log (last 40 lines):"
+    tail -n 40 "$CLUSTER_DIR/server.log" >&2
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

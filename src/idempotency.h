@@ -1,0 +1,103 @@
+/*
+ * idempotency.h
+ *	  What the extension's source files share: SQLSTATEs, GUC variables,
+ *	  the record store interface (record_store.c) and the registry of
+ *	  claims held by the current transaction (xact_claims.c).
+ */
+#ifndef IDEMPOTENCY_H
+#define IDEMPOTENCY_H
+
+#include "postgres.h"
+
+#include "access/htup.h"
+#include "datatype/timestamp.h"
+#include "utils/jsonb.h"
+
+/* SQLSTATEs of the contract (README "Errors"; HTTP mapping in brackets) */
+#define ERRCODE_IDEM_FINGERPRINT_MISMATCH	MAKE_SQLSTATE('I','K','0','0','1')	/* 422 */
+#define ERRCODE_IDEM_NOT_HELD				MAKE_SQLSTATE('I','K','0','0','2')	/* 409 */
+#define ERRCODE_IDEM_STALE_FENCE			MAKE_SQLSTATE('I','K','0','0','3')	/* 409 */
+#define ERRCODE_IDEM_UNFINISHED_CLAIM		MAKE_SQLSTATE('I','K','0','0','4')	/* 500 */
+
+/* GUCs, defined in init.c */
+extern int	idem_default_ttl;		/* seconds */
+extern int	idem_max_key_length;	/* characters */
+
+/* Record status: same labels as the SQL enum idem_status */
+typedef enum IdemStatus
+{
+	IDEM_IN_PROGRESS,
+	IDEM_SUCCEEDED,
+	IDEM_FAILED,
+	IDEM_UNKNOWN
+} IdemStatus;
+
+extern const char *const idem_status_names[];
+
+/* A record's identity */
+typedef struct IdemKey
+{
+	const char *scope;
+	const char *key;
+} IdemKey;
+
+/* One idempotent_record row, copied out of the store */
+typedef struct IdemRecord
+{
+	IdemStatus	status;
+	bytea	   *fingerprint;	/* NULL when none stored */
+	Jsonb	   *result;			/* NULL until finished */
+	char	   *recovery_point; /* NULL when none saved */
+	int64		fence;
+	bool		has_lease;		/* locked_until is not NULL */
+	TimestampTz locked_until;
+	TimestampTz expires_at;
+} IdemRecord;
+
+/*
+ * record_store.c: every read and write of idempotent_record goes through
+ * these calls, so that the planned-SQL path used today can be joined by a
+ * direct heap/index path, or a routed one for a distributed table
+ * (DESIGN §6).  Calls between store_begin and store_end run in SPI with the
+ * caller's privileges; copied-out values live in the caller's context.
+ */
+extern void store_begin(Oid extension_function);
+extern void store_end(void);
+extern bool store_read(const IdemKey *id, IdemRecord *rec);
+extern bool store_insert(const IdemKey *id, bytea *fingerprint,
+						 TimestampTz now, TimestampTz expires_at);
+extern bool store_reclaim_expired(const IdemKey *id, int64 seen_fence,
+								  bytea *fingerprint, TimestampTz now,
+								  TimestampTz expires_at, int64 *new_fence);
+extern bool store_take_over(const IdemKey *id, int64 seen_fence,
+							bytea *fingerprint, TimestampTz now,
+							TimestampTz expires_at, int64 *new_fence);
+extern bool store_set_outcome(const IdemKey *id, int64 fence,
+							  IdemStatus status, Jsonb *result,
+							  TimestampTz now);
+extern bool store_delete(const IdemKey *id, int64 fence);
+extern bool store_probe_uncommitted(const IdemKey *id, bytea **fingerprint,
+									bool *fingerprint_visible);
+extern HeapTuple store_lookup(const IdemKey *id, TimestampTz now);
+
+/*
+ * xact_claims.c: in-transaction claims held by this backend's current
+ * transaction, and the commit guard that refuses to commit one without an
+ * outcome.
+ */
+typedef struct HeldClaim
+{
+	char	   *scope;
+	char	   *key;
+	int64		fence;
+	SubTransactionId claimed_in;	/* subtransaction that made the claim */
+	SubTransactionId finished_in;	/* ... that recorded the outcome, or
+									 * InvalidSubTransactionId while open */
+} HeldClaim;
+
+extern void claims_register_callbacks(void);
+extern void claims_add(const IdemKey *id, int64 fence);
+extern HeldClaim *claims_find(const IdemKey *id);
+extern void claims_mark_finished(HeldClaim *claim);
+
+#endif							/* IDEMPOTENCY_H */

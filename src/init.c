@@ -1,0 +1,44 @@
+/*
+ * init.c
+ *	  Module initialisation: the idempotency.* GUCs and the transaction
+ *	  callbacks of the commit guard.
+ */
+#include "idempotency.h"
+
+#include "fmgr.h"
+#include "utils/guc.h"
+
+#include <limits.h>
+
+PG_MODULE_MAGIC;
+
+int			idem_default_ttl = 86400;
+int			idem_max_key_length = 255;
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	DefineCustomIntVariable("idempotency.default_ttl",
+							"Retention of a record when idem_claim gets no ttl.",
+							"Claims treat a record as absent once claim time + ttl has passed.",
+							&idem_default_ttl,
+							86400, 1, INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idempotency.max_key_length",
+							"Longest idempotency key or scope accepted, in characters.",
+							NULL,
+							&idem_max_key_length,
+							255, 1, 1024,
+							PGC_USERSET,
+							0,
+							NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("idempotency");
+
+	claims_register_callbacks();
+}

@@ -1,0 +1,428 @@
+/*
+ * record_store.c
+ *	  The one interface to the idempotent_record table.  Today every call is
+ *	  a saved SPI plan (planned SQL that a distributed table can route), plus
+ *	  one direct index probe with a dirty snapshot for wait => false.
+ *
+ * Every statement names the table and operators schema-qualified, so the
+ * caller's search_path cannot redirect them.  Statements run with the
+ * caller's privileges and row level security.
+ */
+#include "idempotency.h"
+
+#include "access/genam.h"
+#include "access/nbtree.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_type_d.h"
+#include "executor/spi.h"
+#include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/rls.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+const char *const idem_status_names[] = {"in_progress", "succeeded", "failed", "unknown"};
+
+typedef enum StorePlanId
+{
+	PLAN_READ,
+	PLAN_INSERT,
+	PLAN_RECLAIM_EXPIRED,
+	PLAN_TAKE_OVER,
+	PLAN_SET_OUTCOME,
+	PLAN_DELETE,
+	PLAN_LOOKUP,
+	NUM_PLANS
+} StorePlanId;
+
+typedef struct StorePlanDef
+{
+	const char *sql;			/* %1$s is the qualified table name */
+	int			nargs;
+	Oid			argtypes[7];
+} StorePlanDef;
+
+#define EQ " OPERATOR(pg_catalog.=) "
+#define WHERE_ID " WHERE scope" EQ "$1 AND key" EQ "$2 "
+
+static const StorePlanDef plan_defs[NUM_PLANS] = {
+	[PLAN_READ] = {
+		"SELECT status::pg_catalog.text, fingerprint, result, recovery_point,"
+		" fence, locked_until, expires_at FROM %1$s" WHERE_ID,
+		2, {TEXTOID, TEXTOID}
+	},
+	[PLAN_INSERT] = {
+		"INSERT INTO %1$s (scope, key, status, fingerprint, fence,"
+		" created_at, updated_at, expires_at)"
+		" VALUES ($1, $2, 'in_progress', $3, 1, $4, $4, $5)"
+		" ON CONFLICT (scope, key) DO NOTHING",
+		5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	/* an expired record is a new record: everything but the key is reset */
+	[PLAN_RECLAIM_EXPIRED] = {
+		"UPDATE %1$s SET status = 'in_progress', fingerprint = $3,"
+		" result = NULL, recovery_point = NULL,"
+		" fence = fence OPERATOR(pg_catalog.+) 1, locked_until = NULL,"
+		" created_at = $4, updated_at = $4, expires_at = $5" WHERE_ID
+		" AND fence" EQ "$6 AND expires_at OPERATOR(pg_catalog.<=) $4"
+		" RETURNING fence",
+		6, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID}
+	},
+	/* an abandoned claim keeps its fingerprint and recovery point */
+	[PLAN_TAKE_OVER] = {
+		"UPDATE %1$s SET fingerprint = pg_catalog.coalesce(fingerprint, $3),"
+		" fence = fence OPERATOR(pg_catalog.+) 1, locked_until = NULL,"
+		" updated_at = $4, expires_at = $5" WHERE_ID
+		" AND fence" EQ "$6 AND status = 'in_progress'"
+		" AND (locked_until IS NULL OR locked_until OPERATOR(pg_catalog.<=) $4)"
+		" RETURNING fence",
+		6, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID}
+	},
+	[PLAN_SET_OUTCOME] = {
+		"UPDATE %1$s SET status = $4::pg_catalog.text::%2$s.idem_status,"
+		" result = $5, locked_until = NULL, updated_at = $6" WHERE_ID
+		" AND fence" EQ "$3",
+		6, {TEXTOID, TEXTOID, INT8OID, TEXTOID, JSONBOID, TIMESTAMPTZOID}
+	},
+	[PLAN_DELETE] = {
+		"DELETE FROM %1$s" WHERE_ID " AND fence" EQ "$3",
+		3, {TEXTOID, TEXTOID, INT8OID}
+	},
+	[PLAN_LOOKUP] = {
+		"SELECT * FROM %1$s" WHERE_ID
+		" AND expires_at OPERATOR(pg_catalog.>) $3",
+		3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+	},
+};
+
+/* Saved plans, valid for the schema they were prepared in */
+static SPIPlanPtr plans[NUM_PLANS];
+static Oid	plans_namespace = InvalidOid;
+
+/* State of the current store_begin .. store_end bracket */
+static Oid	store_namespace = InvalidOid;
+static MemoryContext caller_context = NULL;
+
+static SPIPlanPtr
+store_plan(StorePlanId id)
+{
+	if (plans_namespace != store_namespace)
+	{
+		for (int i = 0; i < NUM_PLANS; i++)
+		{
+			if (plans[i])
+				SPI_freeplan(plans[i]);
+			plans[i] = NULL;
+		}
+		plans_namespace = store_namespace;
+	}
+	if (plans[id] == NULL)
+	{
+		const char *nsp = quote_identifier(get_namespace_name(store_namespace));
+		char	   *table = psprintf("%s.idempotent_record", nsp);
+		char	   *sql = psprintf(plan_defs[id].sql, table, nsp);
+		SPIPlanPtr	plan;
+
+		plan = SPI_prepare(sql, plan_defs[id].nargs,
+						   (Oid *) plan_defs[id].argtypes);
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+				 sql, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		plans[id] = plan;
+	}
+	return plans[id];
+}
+
+static int
+store_exec(StorePlanId id, Datum *values, const char *nulls, int expected)
+{
+	int			rc = SPI_execute_plan(store_plan(id), values, nulls, false, 0);
+
+	if (rc != expected)
+		elog(ERROR, "idempotent_record statement %d failed: %s",
+			 (int) id, SPI_result_code_string(rc));
+	return (int) SPI_processed;
+}
+
+/*
+ * Open the store for one SQL-callable function.  The table is the one in
+ * the schema of that function, which is the extension's schema.
+ */
+void
+store_begin(Oid extension_function)
+{
+	caller_context = CurrentMemoryContext;
+	store_namespace = get_func_namespace(extension_function);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+}
+
+void
+store_end(void)
+{
+	SPI_finish();
+	caller_context = NULL;
+}
+
+/* Copy column attno of SPI row 0 into the caller's context, NULL if null */
+static Datum
+column_copy(int attno, bool *isnull)
+{
+	Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+								  attno, isnull);
+	MemoryContext old;
+	Form_pg_attribute att = TupleDescAttr(SPI_tuptable->tupdesc, attno - 1);
+
+	if (*isnull)
+		return (Datum) 0;
+	old = MemoryContextSwitchTo(caller_context);
+	d = datumCopy(d, att->attbyval, att->attlen);
+	MemoryContextSwitchTo(old);
+	return d;
+}
+
+static IdemStatus
+status_from_name(const char *name)
+{
+	for (int i = 0; i < (int) lengthof(idem_status_names); i++)
+		if (strcmp(name, idem_status_names[i]) == 0)
+			return (IdemStatus) i;
+	elog(ERROR, "unknown idem_status \"%s\"", name);
+	return IDEM_UNKNOWN;		/* keep compiler quiet */
+}
+
+static void
+id_values(const IdemKey *id, Datum *values)
+{
+	values[0] = CStringGetTextDatum(id->scope);
+	values[1] = CStringGetTextDatum(id->key);
+}
+
+/*
+ * The record of id as this statement's snapshot sees it (expired or not).
+ * Returns false when there is none.
+ */
+bool
+store_read(const IdemKey *id, IdemRecord *rec)
+{
+	Datum		values[2];
+	bool		isnull;
+	Datum		d;
+
+	id_values(id, values);
+	if (store_exec(PLAN_READ, values, NULL, SPI_OK_SELECT) == 0)
+		return false;
+
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	rec->status = status_from_name(TextDatumGetCString(d));
+	d = column_copy(2, &isnull);
+	rec->fingerprint = isnull ? NULL : DatumGetByteaPP(d);
+	d = column_copy(3, &isnull);
+	rec->result = isnull ? NULL : DatumGetJsonbP(d);
+	d = column_copy(4, &isnull);
+	rec->recovery_point = isnull ? NULL : MemoryContextStrdup(caller_context, TextDatumGetCString(d));
+	rec->fence = DatumGetInt64(column_copy(5, &isnull));
+	rec->locked_until = DatumGetTimestampTz(column_copy(6, &isnull));
+	rec->has_lease = !isnull;
+	rec->expires_at = DatumGetTimestampTz(column_copy(7, &isnull));
+	return true;
+}
+
+/*
+ * Insert a new in-progress record with fence 1.  Like any INSERT into a
+ * unique index it waits for an uncommitted duplicate; returns false when a
+ * committed one exists (raises 40001 instead when that one is invisible to
+ * a REPEATABLE READ or SERIALIZABLE snapshot).
+ */
+bool
+store_insert(const IdemKey *id, bytea *fingerprint, TimestampTz now,
+			 TimestampTz expires_at)
+{
+	Datum		values[5];
+	char		nulls[5] = "     ";
+
+	id_values(id, values);
+	values[2] = PointerGetDatum(fingerprint);
+	if (fingerprint == NULL)
+		nulls[2] = 'n';
+	values[3] = TimestampTzGetDatum(now);
+	values[4] = TimestampTzGetDatum(expires_at);
+	return store_exec(PLAN_INSERT, values, nulls, SPI_OK_INSERT) == 1;
+}
+
+/* Shared by the two compare-and-set claims of an existing row */
+static bool
+store_reclaim(StorePlanId plan, const IdemKey *id, int64 seen_fence,
+			  bytea *fingerprint, TimestampTz now, TimestampTz expires_at,
+			  int64 *new_fence)
+{
+	Datum		values[6];
+	char		nulls[6] = "      ";
+	bool		isnull;
+
+	id_values(id, values);
+	values[2] = PointerGetDatum(fingerprint);
+	if (fingerprint == NULL)
+		nulls[2] = 'n';
+	values[3] = TimestampTzGetDatum(now);
+	values[4] = TimestampTzGetDatum(expires_at);
+	values[5] = Int64GetDatum(seen_fence);
+	if (store_exec(plan, values, nulls, SPI_OK_UPDATE_RETURNING) == 0)
+		return false;
+	*new_fence = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+											 SPI_tuptable->tupdesc, 1, &isnull));
+	return true;
+}
+
+/*
+ * Claim an expired record again as if it were new (fence + 1).  Returns
+ * false when another transaction changed or removed it since it was read
+ * with seen_fence (after waiting for that transaction, as UPDATE does).
+ */
+bool
+store_reclaim_expired(const IdemKey *id, int64 seen_fence, bytea *fingerprint,
+					  TimestampTz now, TimestampTz expires_at, int64 *new_fence)
+{
+	return store_reclaim(PLAN_RECLAIM_EXPIRED, id, seen_fence, fingerprint,
+						 now, expires_at, new_fence);
+}
+
+/*
+ * Take over an in-progress record whose owner holds no live lease
+ * (fence + 1, recovery point kept).  False as for store_reclaim_expired.
+ */
+bool
+store_take_over(const IdemKey *id, int64 seen_fence, bytea *fingerprint,
+				TimestampTz now, TimestampTz expires_at, int64 *new_fence)
+{
+	return store_reclaim(PLAN_TAKE_OVER, id, seen_fence, fingerprint,
+						 now, expires_at, new_fence);
+}
+
+/* Record a final outcome; false when no record with that fence exists */
+bool
+store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
+				  Jsonb *result, TimestampTz now)
+{
+	Datum		values[6];
+
+	id_values(id, values);
+	values[2] = Int64GetDatum(fence);
+	values[3] = CStringGetTextDatum(idem_status_names[status]);
+	values[4] = JsonbPGetDatum(result);
+	values[5] = TimestampTzGetDatum(now);
+	return store_exec(PLAN_SET_OUTCOME, values, NULL, SPI_OK_UPDATE) == 1;
+}
+
+/* Release a key; false when no record with that fence exists */
+bool
+store_delete(const IdemKey *id, int64 fence)
+{
+	Datum		values[3];
+
+	id_values(id, values);
+	values[2] = Int64GetDatum(fence);
+	return store_exec(PLAN_DELETE, values, NULL, SPI_OK_DELETE) == 1;
+}
+
+/* The unexpired record of id as a heap tuple in the caller's context */
+HeapTuple
+store_lookup(const IdemKey *id, TimestampTz now)
+{
+	Datum		values[3];
+	MemoryContext old;
+	HeapTuple	tuple;
+
+	id_values(id, values);
+	values[2] = TimestampTzGetDatum(now);
+	if (store_exec(PLAN_LOOKUP, values, NULL, SPI_OK_SELECT) == 0)
+		return NULL;
+	old = MemoryContextSwitchTo(caller_context);
+	tuple = heap_copytuple(SPI_tuptable->vals[0]);
+	MemoryContextSwitchTo(old);
+	return tuple;
+}
+
+/*
+ * Is another transaction, still in progress, inserting, updating or
+ * deleting the record of id?  A plain snapshot cannot see that; the primary
+ * key index read with a dirty snapshot can, the way nbtree's unique check
+ * finds the transaction to wait for (_bt_check_unique), but without
+ * waiting.  When one is found, *fingerprint is its fingerprint, and
+ * *fingerprint_visible says whether the caller may compare against it: only
+ * with SELECT privilege on the table and no row level security, since the
+ * row is not yet visible to policies.
+ */
+bool
+store_probe_uncommitted(const IdemKey *id, bytea **fingerprint,
+						bool *fingerprint_visible)
+{
+	Oid			relid = get_relname_relid("idempotent_record", store_namespace);
+	Relation	heap;
+	Relation	index;
+	SnapshotData dirty;
+	ScanKeyData skey[2];
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	bool		found = false;
+
+	*fingerprint = NULL;
+	*fingerprint_visible = false;
+	if (!OidIsValid(relid))
+		elog(ERROR, "table idempotent_record is missing from the extension's schema");
+
+	heap = table_open(relid, AccessShareLock);
+	index = index_open(RelationGetPrimaryKeyIndex(heap), AccessShareLock);
+
+	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_TEXTEQ,
+				CStringGetTextDatum(id->scope));
+	skey[0].sk_collation = index->rd_indcollation[0];
+	ScanKeyInit(&skey[1], 2, BTEqualStrategyNumber, F_TEXTEQ,
+				CStringGetTextDatum(id->key));
+	skey[1].sk_collation = index->rd_indcollation[1];
+
+	InitDirtySnapshot(dirty);
+	scan = index_beginscan(heap, index, &dirty, 2, 0);
+	index_rescan(scan, skey, 2, NULL, 0);
+	slot = table_slot_create(heap, NULL);
+
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		/* the dirty snapshot reports the writer only while it runs */
+		if (TransactionIdIsValid(dirty.xmin) || TransactionIdIsValid(dirty.xmax))
+		{
+			AttrNumber	attno = get_attnum(relid, "fingerprint");
+			bool		isnull;
+			Datum		d = slot_getattr(slot, attno, &isnull);
+
+			found = true;
+			if (!isnull)
+			{
+				MemoryContext old = MemoryContextSwitchTo(caller_context);
+
+				*fingerprint = DatumGetByteaPCopy(d);
+				MemoryContextSwitchTo(old);
+			}
+			*fingerprint_visible =
+				pg_class_aclcheck(relid, GetUserId(), ACL_SELECT) == ACLCHECK_OK &&
+				check_enable_rls(relid, InvalidOid, true) != RLS_ENABLED;
+			break;
+		}
+	}
+
+	ExecDropSingleTupleTableSlot(slot);
+	index_endscan(scan);
+	index_close(index, AccessShareLock);
+	table_close(heap, AccessShareLock);
+	return found;
+}

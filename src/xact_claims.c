@@ -1,0 +1,142 @@
+/*
+ * xact_claims.c
+ *	  The claims that the current transaction holds in-transaction, and the
+ *	  commit guard: COMMIT or PREPARE TRANSACTION with a claim that has no
+ *	  outcome fails with IK004, so no committed claim is left without one.
+ *
+ * Subtransactions follow the claim rows: a claim, or an outcome, recorded in
+ * a subtransaction that rolls back is forgotten with it.
+ */
+#include "idempotency.h"
+
+#include "access/xact.h"
+#include "nodes/pg_list.h"
+#include "utils/memutils.h"
+
+/* HeldClaim pointers, in TopTransactionContext; NIL outside a transaction */
+static List *held_claims = NIL;
+
+void
+claims_add(const IdemKey *id, int64 fence)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+	HeldClaim  *claim = palloc(sizeof(HeldClaim));
+
+	claim->scope = pstrdup(id->scope);
+	claim->key = pstrdup(id->key);
+	claim->fence = fence;
+	claim->claimed_in = GetCurrentSubTransactionId();
+	claim->finished_in = InvalidSubTransactionId;
+	held_claims = lappend(held_claims, claim);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * The newest claim of id made by this transaction, finished or not; NULL if
+ * none.  Newest first, because a key released by idem_fail can be claimed
+ * again in the same transaction.
+ */
+HeldClaim *
+claims_find(const IdemKey *id)
+{
+	for (int i = list_length(held_claims) - 1; i >= 0; i--)
+	{
+		HeldClaim  *claim = list_nth(held_claims, i);
+
+		if (strcmp(claim->key, id->key) == 0 &&
+			strcmp(claim->scope, id->scope) == 0)
+			return claim;
+	}
+	return NULL;
+}
+
+void
+claims_mark_finished(HeldClaim *claim)
+{
+	claim->finished_in = GetCurrentSubTransactionId();
+}
+
+static void
+claims_xact_callback(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+	HeldClaim  *open = NULL;
+	int			nopen = 0;
+
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+		case XACT_EVENT_PRE_PREPARE:
+			foreach(lc, held_claims)
+			{
+				HeldClaim  *claim = lfirst(lc);
+
+				if (claim->finished_in == InvalidSubTransactionId)
+				{
+					if (open == NULL)
+						open = claim;
+					nopen++;
+				}
+			}
+			if (open != NULL)
+				ereport(ERROR,
+						errcode(ERRCODE_IDEM_UNFINISHED_CLAIM),
+						errmsg("cannot %s a transaction with an unfinished idempotency claim",
+							   event == XACT_EVENT_PRE_COMMIT ? "commit" : "prepare"),
+						errdetail_plural("Key \"%s\" in scope \"%s\" was claimed in this transaction without an outcome (%d such claim).",
+										 "Key \"%s\" in scope \"%s\" was claimed in this transaction without an outcome (%d such claims).",
+										 nopen, open->key, open->scope, nopen),
+						errhint("Call idem_finish or idem_fail for every claimed key before COMMIT; the transaction has been rolled back."));
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+			/* the list lives in TopTransactionContext, which goes now */
+			held_claims = NIL;
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+claims_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						SubTransactionId parentSubid, void *arg)
+{
+	ListCell   *lc;
+
+	switch (event)
+	{
+		case SUBXACT_EVENT_COMMIT_SUB:
+			foreach(lc, held_claims)
+			{
+				HeldClaim  *claim = lfirst(lc);
+
+				if (claim->claimed_in == mySubid)
+					claim->claimed_in = parentSubid;
+				if (claim->finished_in == mySubid)
+					claim->finished_in = parentSubid;
+			}
+			break;
+		case SUBXACT_EVENT_ABORT_SUB:
+			foreach(lc, held_claims)
+			{
+				HeldClaim  *claim = lfirst(lc);
+
+				if (claim->claimed_in == mySubid)
+					held_claims = foreach_delete_current(held_claims, lc);
+				else if (claim->finished_in == mySubid)
+					claim->finished_in = InvalidSubTransactionId;
+			}
+			break;
+		default:
+			break;
+	}
+}
+
+void
+claims_register_callbacks(void)
+{
+	RegisterXactCallback(claims_xact_callback, NULL);
+	RegisterSubXactCallback(claims_subxact_callback, NULL);
+}
