@@ -78,7 +78,7 @@ static const StorePlanDef plan_defs[NUM_PLANS] = {
 	},
 	/* an abandoned claim keeps its fingerprint and recovery point */
 	[PLAN_TAKE_OVER] = {
-		"UPDATE %1$s SET fingerprint = pg_catalog.coalesce(fingerprint, $3),"
+		"UPDATE %1$s SET fingerprint = COALESCE(fingerprint, $3),"
 		" fence = fence OPERATOR(pg_catalog.+) 1, locked_until = NULL,"
 		" updated_at = $4, expires_at = $5" WHERE_ID
 		" AND fence" EQ "$6 AND status = 'in_progress'"

@@ -86,7 +86,7 @@ claims_xact_callback(XactEvent event, void *arg)
 						errdetail_plural("Key \"%s\" in scope \"%s\" was claimed in this transaction without an outcome (%d such claim).",
 										 "Key \"%s\" in scope \"%s\" was claimed in this transaction without an outcome (%d such claims).",
 										 nopen, open->key, open->scope, nopen),
-						errhint("Call idem_finish or idem_fail for every claimed key before COMMIT; the transaction has been rolled back."));
+						errhint("Call idem_finish or idem_fail for every key claimed in the transaction before it ends; this transaction has been rolled back."));
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_ABORT:
