@@ -374,7 +374,9 @@ store_probe_uncommitted(const IdemKey *id, bytea **fingerprint,
 	ScanKeyData skey[2];
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
+	AttrNumber	fingerprint_attno;
 	bool		found = false;
+	MemoryContext old;
 
 	*fingerprint = NULL;
 	*fingerprint_visible = false;
@@ -395,30 +397,33 @@ store_probe_uncommitted(const IdemKey *id, bytea **fingerprint,
 	scan = index_beginscan(heap, index, &dirty, 2, 0);
 	index_rescan(scan, skey, 2, NULL, 0);
 	slot = table_slot_create(heap, NULL);
+	fingerprint_attno = get_attnum(relid, "fingerprint");
 
+	/*
+	 * An update in progress shows two versions: the old one (its xmax still
+	 * running) and the new one (its xmin still running).  The new one holds
+	 * the fingerprint that counts, so keep looking until it is found.
+	 */
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
-		/* the dirty snapshot reports the writer only while it runs */
-		if (TransactionIdIsValid(dirty.xmin) || TransactionIdIsValid(dirty.xmax))
-		{
-			AttrNumber	attno = get_attnum(relid, "fingerprint");
-			bool		isnull;
-			Datum		d = slot_getattr(slot, attno, &isnull);
+		bool		inserting = TransactionIdIsValid(dirty.xmin);
+		bool		isnull;
+		Datum		d;
 
-			found = true;
-			if (!isnull)
-			{
-				MemoryContext old = MemoryContextSwitchTo(caller_context);
-
-				*fingerprint = DatumGetByteaPCopy(d);
-				MemoryContextSwitchTo(old);
-			}
-			*fingerprint_visible =
-				pg_class_aclcheck(relid, GetUserId(), ACL_SELECT) == ACLCHECK_OK &&
-				check_enable_rls(relid, InvalidOid, true) != RLS_ENABLED;
+		if (!inserting && !TransactionIdIsValid(dirty.xmax))
+			continue;			/* committed and untouched */
+		found = true;
+		d = slot_getattr(slot, fingerprint_attno, &isnull);
+		old = MemoryContextSwitchTo(caller_context);
+		*fingerprint = isnull ? NULL : DatumGetByteaPCopy(d);
+		MemoryContextSwitchTo(old);
+		if (inserting)
 			break;
-		}
 	}
+	if (found)
+		*fingerprint_visible =
+			pg_class_aclcheck(relid, GetUserId(), ACL_SELECT) == ACLCHECK_OK &&
+			check_enable_rls(relid, InvalidOid, true) != RLS_ENABLED;
 
 	ExecDropSingleTupleTableSlot(slot);
 	index_endscan(scan);
