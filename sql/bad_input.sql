@@ -74,6 +74,11 @@ SELECT outcome FROM idem_claim('k', ttl => '-1 second');
 :sqlstate
 SELECT outcome FROM idem_claim('k', ttl => '1 month -31 days');
 :sqlstate
+-- zero as an interval on any date, though not on the calendar
+SELECT outcome FROM idem_claim('k', ttl => '1 month -30 days');
+:sqlstate
+SELECT outcome FROM idem_claim('k', ttl => '1 year -360 days');
+:sqlstate
 -- out of the timestamp range: PostgreSQL's own error
 SELECT outcome FROM idem_claim('k', ttl => '300000 years');
 :sqlstate

@@ -51,6 +51,16 @@ SELECT idem_finish('twice', '{}');
 SELECT outcome, status, result FROM idem_claim('twice');
 COMMIT;
 
+-- ... even when its ttl ran out meanwhile: it stays this transaction's
+-- claim, and one outcome lets the transaction commit
+BEGIN;
+SELECT outcome, fence FROM idem_claim('own-expired', ttl => '1 second');
+UPDATE idempotent_record SET expires_at = now() - interval '1 second' WHERE key = 'own-expired';
+SELECT outcome, status, fence FROM idem_claim('own-expired');
+SELECT idem_finish('own-expired', '{"once": true}');
+COMMIT;
+SELECT status, result, fence FROM idempotent_record WHERE key = 'own-expired';
+
 -- ttl sets expires_at = claim time + ttl (server clock)
 BEGIN;
 SELECT outcome FROM idem_claim('ttl', ttl => '90 minutes');

@@ -69,6 +69,8 @@ get_idem_key(FunctionCallInfo fcinfo, int key_arg, int scope_arg,
 	return id;
 }
 
+static const Interval zero_interval = {0, 0, 0};
+
 /* expires_at of a claim made at now: now + ttl, or the GUC default */
 static TimestampTz
 claim_expiry(FunctionCallInfo fcinfo, int ttl_arg, TimestampTz now)
@@ -79,11 +81,17 @@ claim_expiry(FunctionCallInfo fcinfo, int ttl_arg, TimestampTz now)
 	if (PG_ARGISNULL(ttl_arg))
 		return TimestampTzPlusMilliseconds(now, (int64) idem_default_ttl * 1000);
 
+	/*
+	 * Positive as an interval ('1 month -30 days' is not, whatever the date)
+	 * and on the calendar from now.
+	 */
 	ttl = PG_GETARG_INTERVAL_P(ttl_arg);
 	expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
 														 TimestampTzGetDatum(now),
 														 IntervalPGetDatum(ttl)));
-	if (expires_at <= now)
+	if (DatumGetBool(DirectFunctionCall2(interval_le, IntervalPGetDatum(ttl),
+										 IntervalPGetDatum(&zero_interval))) ||
+		expires_at <= now)
 		ereport(ERROR,
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				errmsg("ttl must be a positive interval"),
@@ -158,6 +166,45 @@ answer_claimed(ClaimAnswer *a, int64 fence, char *recovery_point)
 }
 
 /*
+ * Is another transaction writing the record of id right now?  If so, and
+ * the caller may see that uncommitted record, its fingerprint must match.
+ */
+static bool
+busy_elsewhere(const IdemKey *id, bytea *fingerprint)
+{
+	bytea	   *other_fingerprint;
+	bool		comparable;
+
+	if (!store_probe_uncommitted(id, &other_fingerprint, &comparable))
+		return false;
+	if (comparable)
+		check_fingerprint(id, other_fingerprint, fingerprint);
+	return true;
+}
+
+static bool
+answer_in_progress(ClaimAnswer *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->outcome = OUTCOME_IN_PROGRESS;
+	return true;
+}
+
+/*
+ * A claim write changed nothing.  Usually a concurrent transaction changed
+ * the record first: return false to try again.  With wait => false it may
+ * instead have refused to wait for a lock: answer in_progress.
+ */
+static bool
+write_lost(const IdemKey *id, bytea *fingerprint, bool wait, ClaimAnswer *a)
+{
+	if (wait || !store_write_would_wait())
+		return false;
+	(void) busy_elsewhere(id, fingerprint);
+	return answer_in_progress(a);
+}
+
+/*
  * One attempt to claim id.  Returns false when a concurrent transaction
  * changed the record between our read and our write; the caller tries
  * again with a new snapshot (READ COMMITTED), as EvalPlanQual would.
@@ -172,27 +219,27 @@ claim_attempt(const IdemKey *id, bytea *fingerprint, FunctionCallInfo fcinfo,
 	HeldClaim  *mine;
 	int64		new_fence;
 
-	if (!wait)
-	{
-		bytea	   *other_fingerprint;
-		bool		comparable;
-
-		if (store_probe_uncommitted(id, &other_fingerprint, &comparable))
-		{
-			if (comparable)
-				check_fingerprint(id, other_fingerprint, fingerprint);
-			memset(a, 0, sizeof(*a));
-			a->outcome = OUTCOME_IN_PROGRESS;
-			return true;
-		}
-	}
+	if (!wait && busy_elsewhere(id, fingerprint))
+		return answer_in_progress(a);
 
 	if (!store_read(id, &rec))
 	{
 		if (!store_insert(id, fingerprint, now, expires_at))
-			return false;
+			return write_lost(id, fingerprint, wait, a);
 		answer_claimed(a, 1, NULL);
 		claims_add(id, 1);
+		return true;
+	}
+
+	/*
+	 * Our own open claim, made earlier in this transaction: the key is
+	 * already ours, even if its ttl has run out meanwhile.
+	 */
+	mine = claims_find(id);
+	if (mine != NULL && mine->finished_in == InvalidSubTransactionId)
+	{
+		check_fingerprint(id, rec.fingerprint, fingerprint);
+		answer_from_record(a, OUTCOME_IN_PROGRESS, &rec);
 		return true;
 	}
 
@@ -201,7 +248,7 @@ claim_attempt(const IdemKey *id, bytea *fingerprint, FunctionCallInfo fcinfo,
 	{
 		if (!store_reclaim_expired(id, rec.fence, fingerprint, now, expires_at,
 								   &new_fence))
-			return false;
+			return write_lost(id, fingerprint, wait, a);
 		answer_claimed(a, new_fence, NULL);
 		claims_add(id, new_fence);
 		return true;
@@ -222,14 +269,6 @@ claim_attempt(const IdemKey *id, bytea *fingerprint, FunctionCallInfo fcinfo,
 			break;
 	}
 
-	/* our own open claim, made earlier in this transaction */
-	mine = claims_find(id);
-	if (mine != NULL && mine->finished_in == InvalidSubTransactionId)
-	{
-		answer_from_record(a, OUTCOME_IN_PROGRESS, &rec);
-		return true;
-	}
-
 	if (rec.has_lease && rec.locked_until > now)
 	{
 		answer_from_record(a, OUTCOME_IN_PROGRESS, &rec);
@@ -241,7 +280,7 @@ claim_attempt(const IdemKey *id, bytea *fingerprint, FunctionCallInfo fcinfo,
 
 	/* committed in progress without a live lease: the owner is gone */
 	if (!store_take_over(id, rec.fence, fingerprint, now, expires_at, &new_fence))
-		return false;
+		return write_lost(id, fingerprint, wait, a);
 	answer_claimed(a, new_fence, rec.recovery_point);
 	claims_add(id, new_fence);
 	return true;
@@ -275,7 +314,7 @@ idem_claim(PG_FUNCTION_ARGS)
 	/* check ttl before touching anything */
 	(void) claim_expiry(fcinfo, 3, GetCurrentTimestamp());
 
-	store_begin(fcinfo->flinfo->fn_oid);
+	store_begin(fcinfo->flinfo->fn_oid, !wait);
 	while (!claim_attempt(&id, fingerprint, fcinfo, wait, &a))
 		CHECK_FOR_INTERRUPTS();
 	store_end();
@@ -326,7 +365,7 @@ record_outcome(FunctionCallInfo fcinfo, const IdemKey *id, const char *fn,
 	HeldClaim  *claim = require_open_claim(id, fn);
 	bool		done;
 
-	store_begin(fcinfo->flinfo->fn_oid);
+	store_begin(fcinfo->flinfo->fn_oid, false);
 	if (release)
 		done = store_delete(id, claim->fence);
 	else
@@ -397,7 +436,7 @@ idem_lookup(PG_FUNCTION_ARGS)
 	HeapTuple	tuple;
 
 	InitMaterializedSRF(fcinfo, 0);
-	store_begin(fcinfo->flinfo->fn_oid);
+	store_begin(fcinfo->flinfo->fn_oid, false);
 	tuple = store_lookup(&id, GetCurrentTimestamp());
 	store_end();
 	if (tuple != NULL)

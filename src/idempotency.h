@@ -61,7 +61,7 @@ typedef struct IdemRecord
  * (DESIGN §6).  Calls between store_begin and store_end run in SPI with the
  * caller's privileges; copied-out values live in the caller's context.
  */
-extern void store_begin(Oid extension_function);
+extern void store_begin(Oid extension_function, bool nowait);
 extern void store_end(void);
 extern bool store_read(const IdemKey *id, IdemRecord *rec);
 extern bool store_insert(const IdemKey *id, bytea *fingerprint,
@@ -76,6 +76,7 @@ extern bool store_set_outcome(const IdemKey *id, int64 fence,
 							  IdemStatus status, Jsonb *result,
 							  TimestampTz now);
 extern bool store_delete(const IdemKey *id, int64 fence);
+extern bool store_write_would_wait(void);
 extern bool store_probe_uncommitted(const IdemKey *id, bytea **fingerprint,
 									bool *fingerprint_visible);
 extern HeapTuple store_lookup(const IdemKey *id, TimestampTz now);

@@ -4,8 +4,9 @@
  *	  a saved SPI plan (planned SQL that a distributed table can route), plus
  *	  one direct index probe with a dirty snapshot for wait => false.
  *
- * Every statement names the table and operators schema-qualified, so the
- * caller's search_path cannot redirect them.  Statements run with the
+ * Every statement names the table, types and operators schema-qualified
+ * (comparisons too: an operator = on idem_status in a schema ahead of ours
+ * would otherwise win), so the caller's search_path cannot redirect them.  Statements run with the
  * caller's privileges and row level security.
  */
 #include "idempotency.h"
@@ -23,8 +24,10 @@
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/resowner.h"
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -81,7 +84,7 @@ static const StorePlanDef plan_defs[NUM_PLANS] = {
 		"UPDATE %1$s SET fingerprint = COALESCE(fingerprint, $3),"
 		" fence = fence OPERATOR(pg_catalog.+) 1, locked_until = NULL,"
 		" updated_at = $4, expires_at = $5" WHERE_ID
-		" AND fence" EQ "$6 AND status = 'in_progress'"
+		" AND fence" EQ "$6 AND status" EQ "'in_progress'::%2$s.idem_status"
 		" AND (locked_until IS NULL OR locked_until OPERATOR(pg_catalog.<=) $4)"
 		" RETURNING fence",
 		6, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID}
@@ -110,6 +113,8 @@ static Oid	plans_namespace = InvalidOid;
 /* State of the current store_begin .. store_end bracket */
 static Oid	store_namespace = InvalidOid;
 static MemoryContext caller_context = NULL;
+static bool store_nowait = false;	/* claim writes must not wait */
+static bool write_would_wait = false;	/* ... and the last one would have */
 
 static SPIPlanPtr
 store_plan(StorePlanId id)
@@ -155,13 +160,76 @@ store_exec(StorePlanId id, Datum *values, const char *nulls, int expected)
 }
 
 /*
+ * A claim's write for wait => false: run it in a subtransaction with a
+ * 1 ms lock_timeout.  When it would have to wait for a lock (a duplicate
+ * inserted since the probe, a row locked by another transaction) it
+ * returns 0 rows and store_write_would_wait() says so; the claim answers
+ * in_progress.  This closes the window between the probe and the write in
+ * which a plain INSERT would wait.
+ */
+static int
+store_exec_claim_write(StorePlanId id, Datum *values, const char *nulls,
+					   int expected)
+{
+	MemoryContext context = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile int processed = 0;
+
+	write_would_wait = false;
+	if (!store_nowait)
+		return store_exec(id, values, nulls, expected);
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(context);
+	PG_TRY();
+	{
+		int			nestlevel = NewGUCNestLevel();
+
+		(void) set_config_option("lock_timeout", "1", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+		processed = store_exec(id, values, nulls, expected);
+		AtEOXact_GUC(true, nestlevel);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			ReThrowError(edata);
+		FreeErrorData(edata);
+		processed = 0;
+		write_would_wait = true;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(context);
+	CurrentResourceOwner = owner;
+	return processed;
+}
+
+/* Did the last claim write return nothing because it would have waited? */
+bool
+store_write_would_wait(void)
+{
+	return write_would_wait;
+}
+
+/*
  * Open the store for one SQL-callable function.  The table is the one in
- * the schema of that function, which is the extension's schema.
+ * the schema of that function, which is the extension's schema.  With
+ * nowait, the writes of a claim never wait for another transaction.
  */
 void
-store_begin(Oid extension_function)
+store_begin(Oid extension_function, bool nowait)
 {
 	caller_context = CurrentMemoryContext;
+	store_nowait = nowait;
 	store_namespace = get_func_namespace(extension_function);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -257,7 +325,7 @@ store_insert(const IdemKey *id, bytea *fingerprint, TimestampTz now,
 		nulls[2] = 'n';
 	values[3] = TimestampTzGetDatum(now);
 	values[4] = TimestampTzGetDatum(expires_at);
-	return store_exec(PLAN_INSERT, values, nulls, SPI_OK_INSERT) == 1;
+	return store_exec_claim_write(PLAN_INSERT, values, nulls, SPI_OK_INSERT) == 1;
 }
 
 /* Shared by the two compare-and-set claims of an existing row */
@@ -277,7 +345,7 @@ store_reclaim(StorePlanId plan, const IdemKey *id, int64 seen_fence,
 	values[3] = TimestampTzGetDatum(now);
 	values[4] = TimestampTzGetDatum(expires_at);
 	values[5] = Int64GetDatum(seen_fence);
-	if (store_exec(plan, values, nulls, SPI_OK_UPDATE_RETURNING) == 0)
+	if (store_exec_claim_write(plan, values, nulls, SPI_OK_UPDATE_RETURNING) == 0)
 		return false;
 	*new_fence = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 											 SPI_tuptable->tupdesc, 1, &isnull));
@@ -383,7 +451,8 @@ store_probe_uncommitted(const IdemKey *id, bytea **fingerprint,
 	if (!OidIsValid(relid))
 		elog(ERROR, "table idempotent_record is missing from the extension's schema");
 
-	heap = table_open(relid, AccessShareLock);
+	/* the lock the write after the probe needs: it must not wait for it */
+	heap = table_open(relid, RowExclusiveLock);
 	index = index_open(RelationGetPrimaryKeyIndex(heap), AccessShareLock);
 
 	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_TEXTEQ,
@@ -428,6 +497,6 @@ store_probe_uncommitted(const IdemKey *id, bytea **fingerprint,
 	ExecDropSingleTupleTableSlot(slot);
 	index_endscan(scan);
 	index_close(index, AccessShareLock);
-	table_close(heap, AccessShareLock);
+	table_close(heap, NoLock);
 	return found;
 }

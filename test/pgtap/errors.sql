@@ -4,11 +4,12 @@
 --   22023  empty or over-long key or scope, non-positive ttl
 --   IK001  key reused with a different fingerprint
 --   IK002  finish/fail of a key this transaction does not hold
+--   22008  ttl past the timestamp range
 -- IK004 (COMMIT with an unfinished claim) is raised at COMMIT, which a pgTAP
 -- suite running in one transaction cannot reach; the isolation specs and
 -- pg_regress cover it.
 BEGIN;
-SELECT plan(102);
+SELECT plan(103);
 
 -- Baseline: whatever is in the table now must still be there, unchanged,
 -- after each group of refused calls.
@@ -207,6 +208,11 @@ SELECT throws_ok($$SELECT * FROM idem_claim('err-ttl', ttl => '-1 day')$$,
 SELECT throws_ok($$SELECT * FROM idem_claim('err-held', ttl => '0')$$,
     '22023', 'ttl must be a positive interval',
     'idem_claim: ttl ''0'' raises 22023 for a key that has a record, too');
+
+-- README: a ttl so large that claim time + ttl is out of range is 22008
+SELECT throws_ok($$SELECT * FROM idem_claim('err-ttl', ttl => '1000000 years')$$,
+    '22008', 'timestamp out of range',
+    'idem_claim: ttl ''1000000 years'' (past the timestamp range) raises 22008');
 
 SELECT set_eq('TABLE idempotent_record', 'TABLE snap_ttl',
     'the refused ttls changed nothing in idempotent_record');

@@ -4,7 +4,7 @@
 -- one transaction; records "of other transactions" are simulated with plain
 -- INSERTs into idempotent_record.
 BEGIN;
-SELECT plan(106);
+SELECT plan(111);
 
 -------------------------------------------------------------------------------
 -- claimed → finish → replay
@@ -69,6 +69,16 @@ SELECT results_eq(
     'out-1: a duplicate with another ttl gets replay');
 SELECT set_eq('TABLE idempotent_record', 'TABLE snap_out1',
     'out-1: replays write nothing (the record and its timestamps are unchanged)');
+
+-- a record stored without a fingerprint accepts any (README: never checked)
+SELECT is((SELECT outcome FROM idem_claim('out-1-nofp')), 'claimed',
+    'out-1-nofp: claimed without a fingerprint');
+SELECT lives_ok($$SELECT idem_finish('out-1-nofp', '{"n": 1}')$$,
+    'out-1-nofp: finished');
+SELECT results_eq(
+    $$SELECT outcome, result FROM idem_claim('out-1-nofp', fingerprint => idem_fingerprint('{"any": "body"}'))$$,
+    $$VALUES ('replay'::text, '{"n": 1}'::jsonb)$$,
+    'out-1-nofp: a duplicate with a fingerprint gets replay when none was stored');
 
 -------------------------------------------------------------------------------
 -- final fail → replay of the stored error
@@ -381,6 +391,10 @@ SELECT isnt(idem_fingerprint('{"a": "x"}'), idem_fingerprint('{"a": "X"}'),
     'case_14: string content is compared exactly (case matters)');
 SELECT is(idem_fingerprint('{"name": "caf\u00e9"}'), idem_fingerprint('{"name": "café"}'),
     'case_14: a JSON escape and the character it stands for are the same string');
+SELECT isnt(idem_fingerprint('{"name": "caf\u0065\u0301"}'), idem_fingerprint('{"name": "café"}'),
+    'case_14: no Unicode normalization: e + combining acute differs from é');
+SELECT is(idem_fingerprint('{"n": 0}'), idem_fingerprint('{"n": -0.0}'),
+    'case_14: 0 and -0.0 have the same fingerprint');
 SELECT is(idem_fingerprint('{"sku": 7, "qty": 1}'),
     '\xf0327c3c533ffd16b45cdc5026f9567c97780d5a51d5665e3a6ac54aef9bc140'::bytea,
     'case_14: the canonical form is stable (stored fingerprints must still match after an upgrade)');

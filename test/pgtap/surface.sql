@@ -3,7 +3,7 @@
 -- their signatures, strictness, volatility and security, pg_dump
 -- registration and the comments on every object.
 BEGIN;
-SELECT plan(73);
+SELECT plan(75);
 
 -------------------------------------------------------------------------------
 -- idem_status
@@ -154,6 +154,21 @@ SELECT is_empty(
          AND d.deptype = 'e'
          AND p.prosecdef$$,
     'no function of the extension is SECURITY DEFINER');
+
+-------------------------------------------------------------------------------
+-- Settings (README "Settings"); custom settings are listed once the library
+-- is loaded, which the first call of one of its functions does.
+-------------------------------------------------------------------------------
+SELECT is(octet_length(idem_fingerprint('{}')), 32,
+    'idem_fingerprint can be called (loads the library)');
+SELECT results_eq(
+    $$SELECT name::text, boot_val, unit, min_val, max_val, context
+        FROM pg_catalog.pg_settings
+       WHERE name IN ('idempotency.default_ttl', 'idempotency.max_key_length')
+       ORDER BY name$$,
+    $$VALUES ('idempotency.default_ttl', '86400', 's', '1', '2147483647', 'user'),
+             ('idempotency.max_key_length', '255', NULL, '1', '1024', 'user')$$,
+    'settings: default_ttl 86400 s (1 s .. 68 years), max_key_length 255 (1 .. 1024), both settable per session');
 
 -------------------------------------------------------------------------------
 -- Membership of the extension and pg_dump registration
