@@ -34,8 +34,17 @@ ensure_packages() {
         --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# hold_install_lock: the installed extension is one per machine, so two
+# runs from this tree (or two trees) must not install and test at once.
+# Held until the calling script exits.
+hold_install_lock() {
+    exec 9>>/tmp/idempotency-install.lock
+    flock 9
+}
+
 # build_and_install: compile as the caller, install as root.
 build_and_install() {
+    hold_install_lock
     say "building and installing the extension"
     make -s PG_CONFIG="$PG_CONFIG" >/dev/null
     as_root make -s PG_CONFIG="$PG_CONFIG" install >/dev/null
