@@ -38,8 +38,11 @@ ensure_packages() {
 # runs from this tree (or two trees) must not install and test at once.
 # Held until the calling script exits.
 hold_install_lock() {
-    exec 9>>/tmp/idempotency-install.lock
-    flock 9
+    local lock=/tmp/idempotency-install.lock
+    if exec 9>>"$lock" 2>/dev/null; then
+        chmod 666 "$lock" 2>/dev/null
+        flock 9
+    fi
 }
 
 # build_and_install: compile as the caller, install as root.
