@@ -10,6 +10,7 @@
 #include "postgres.h"
 
 #include "access/htup.h"
+#include "fmgr.h"
 #include "datatype/timestamp.h"
 #include "utils/jsonb.h"
 
@@ -18,6 +19,8 @@
 #define ERRCODE_IDEM_NOT_HELD				MAKE_SQLSTATE('I','K','0','0','2')	/* 409 */
 #define ERRCODE_IDEM_STALE_FENCE			MAKE_SQLSTATE('I','K','0','0','3')	/* 409 */
 #define ERRCODE_IDEM_UNFINISHED_CLAIM		MAKE_SQLSTATE('I','K','0','0','4')	/* 500 */
+#define ERRCODE_IDEM_TRANSITION_NOT_ALLOWED	MAKE_SQLSTATE('I','K','0','0','5')	/* 409 */
+#define ERRCODE_IDEM_STALE_VERSION			MAKE_SQLSTATE('I','K','0','0','6')	/* 409 */
 
 /* GUCs, defined in init.c */
 extern int	idem_default_ttl;		/* seconds */
@@ -54,6 +57,15 @@ typedef struct IdemRecord
 	TimestampTz expires_at;
 } IdemRecord;
 
+/* The times a claim writes, all from one reading of the server clock */
+typedef struct IdemClaimTimes
+{
+	TimestampTz now;
+	TimestampTz expires_at;		/* now + ttl */
+	bool		leased;
+	TimestampTz locked_until;	/* now + lease, when leased */
+} IdemClaimTimes;
+
 /*
  * record_store.c: every read and write of idempotent_record goes through
  * these calls, so that the planned-SQL path used today can be joined by a
@@ -65,21 +77,46 @@ extern void store_begin(Oid extension_function, bool nowait);
 extern void store_end(void);
 extern bool store_read(const IdemKey *id, IdemRecord *rec);
 extern bool store_insert(const IdemKey *id, bytea *fingerprint,
-						 TimestampTz now, TimestampTz expires_at);
+						 const IdemClaimTimes *t);
 extern bool store_reclaim_expired(const IdemKey *id, int64 seen_fence,
-								  bytea *fingerprint, TimestampTz now,
-								  TimestampTz expires_at, int64 *new_fence);
+								  bytea *fingerprint, const IdemClaimTimes *t,
+								  int64 *new_fence);
 extern bool store_take_over(const IdemKey *id, int64 seen_fence,
-							bytea *fingerprint, TimestampTz now,
-							TimestampTz expires_at, int64 *new_fence);
+							bytea *fingerprint, const IdemClaimTimes *t,
+							int64 *new_fence);
 extern bool store_set_outcome(const IdemKey *id, int64 fence,
 							  IdemStatus status, Jsonb *result,
 							  TimestampTz now);
 extern bool store_delete(const IdemKey *id, int64 fence);
+extern bool store_checkpoint(const IdemKey *id, int64 fence,
+							 const char *recovery_point, TimestampTz now);
+extern bool store_extend_lease(const IdemKey *id, int64 fence,
+							   TimestampTz locked_until, TimestampTz now);
+extern int64 store_purge(TimestampTz now, int32 batch_size);
 extern bool store_write_would_wait(void);
 extern bool store_probe_uncommitted(const IdemKey *id, bytea **fingerprint,
 									bool *fingerprint_visible);
 extern HeapTuple store_lookup(const IdemKey *id, TimestampTz now);
+
+/* args.c: argument checks shared by the SQL-callable functions */
+extern void require_arg(FunctionCallInfo fcinfo, int argno,
+						const char *argname, const char *fn);
+extern IdemKey get_idem_key(FunctionCallInfo fcinfo, int key_arg,
+							int scope_arg, const char *fn);
+extern TimestampTz interval_end(FunctionCallInfo fcinfo, int argno,
+								const char *argname, TimestampTz now);
+
+/*
+ * record_expired: the rule of record_store.c's EXPIRED() in C.  An expired
+ * record counts as absent; one awaiting reconciliation (unknown) or under a
+ * live lease never expires.
+ */
+static inline bool
+record_expired(const IdemRecord *rec, TimestampTz now)
+{
+	return rec->expires_at <= now && rec->status != IDEM_UNKNOWN &&
+		!(rec->has_lease && rec->locked_until > now);
+}
 
 /*
  * xact_claims.c: in-transaction claims held by this backend's current

@@ -42,19 +42,35 @@ typedef enum StorePlanId
 	PLAN_TAKE_OVER,
 	PLAN_SET_OUTCOME,
 	PLAN_DELETE,
+	PLAN_CHECKPOINT,
+	PLAN_EXTEND_LEASE,
 	PLAN_LOOKUP,
+	PLAN_PURGE,
 	NUM_PLANS
 } StorePlanId;
 
 typedef struct StorePlanDef
 {
-	const char *sql;			/* %1$s is the qualified table name */
+	const char *sql;			/* %1$s: qualified table, %2$s: schema */
 	int			nargs;
 	Oid			argtypes[7];
 } StorePlanDef;
 
 #define EQ " OPERATOR(pg_catalog.=) "
+#define LE " OPERATOR(pg_catalog.<=) "
+#define STATUS(s) "'" s "'::%2$s.idem_status"
 #define WHERE_ID " WHERE scope" EQ "$1 AND key" EQ "$2 "
+/* a claim that has no outcome yet: the only kind a fence may still write */
+#define OPEN_STATUS " AND status" EQ "ANY ('{in_progress,unknown}'::%2$s.idem_status[])"
+
+/*
+ * Expired at now: past expires_at, not waiting for reconciliation, and not
+ * under a live lease.  The same rule as record_expired() in claim.c; claims
+ * reclaim such a record, lookups ignore it, purge deletes it.
+ */
+#define EXPIRED(now) \
+	" (expires_at" LE now " AND status OPERATOR(pg_catalog.<>) " STATUS("unknown") \
+	" AND (locked_until IS NULL OR locked_until" LE now "))"
 
 static const StorePlanDef plan_defs[NUM_PLANS] = {
 	[PLAN_READ] = {
@@ -63,46 +79,66 @@ static const StorePlanDef plan_defs[NUM_PLANS] = {
 		2, {TEXTOID, TEXTOID}
 	},
 	[PLAN_INSERT] = {
-		"INSERT INTO %1$s (scope, key, status, fingerprint, fence,"
+		"INSERT INTO %1$s (scope, key, status, fingerprint, fence, locked_until,"
 		" created_at, updated_at, expires_at)"
-		" VALUES ($1, $2, 'in_progress', $3, 1, $4, $4, $5)"
+		" VALUES ($1, $2, " STATUS("in_progress") ", $3, 1, $6, $4, $4, $5)"
 		" ON CONFLICT (scope, key) DO NOTHING",
-		5, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+		6, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	/* an expired record is a new record: everything but the key is reset */
 	[PLAN_RECLAIM_EXPIRED] = {
-		"UPDATE %1$s SET status = 'in_progress', fingerprint = $3,"
+		"UPDATE %1$s SET status = " STATUS("in_progress") ", fingerprint = $3,"
 		" result = NULL, recovery_point = NULL,"
-		" fence = fence OPERATOR(pg_catalog.+) 1, locked_until = NULL,"
+		" fence = fence OPERATOR(pg_catalog.+) 1, locked_until = $7,"
 		" created_at = $4, updated_at = $4, expires_at = $5" WHERE_ID
-		" AND fence" EQ "$6 AND expires_at OPERATOR(pg_catalog.<=) $4"
+		" AND fence" EQ "$6 AND" EXPIRED("$4")
 		" RETURNING fence",
-		6, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID}
+		7, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID}
 	},
 	/* an abandoned claim keeps its fingerprint and recovery point */
 	[PLAN_TAKE_OVER] = {
 		"UPDATE %1$s SET fingerprint = COALESCE(fingerprint, $3),"
-		" fence = fence OPERATOR(pg_catalog.+) 1, locked_until = NULL,"
+		" fence = fence OPERATOR(pg_catalog.+) 1, locked_until = $7,"
 		" updated_at = $4, expires_at = $5" WHERE_ID
-		" AND fence" EQ "$6 AND status" EQ "'in_progress'::%2$s.idem_status"
-		" AND (locked_until IS NULL OR locked_until OPERATOR(pg_catalog.<=) $4)"
+		" AND fence" EQ "$6 AND status" EQ STATUS("in_progress")
+		" AND (locked_until IS NULL OR locked_until" LE "$4)"
 		" RETURNING fence",
-		6, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID}
+		7, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID}
 	},
 	[PLAN_SET_OUTCOME] = {
 		"UPDATE %1$s SET status = $4::pg_catalog.text::%2$s.idem_status,"
 		" result = $5, locked_until = NULL, updated_at = $6" WHERE_ID
-		" AND fence" EQ "$3",
+		" AND fence" EQ "$3" OPEN_STATUS,
 		6, {TEXTOID, TEXTOID, INT8OID, TEXTOID, JSONBOID, TIMESTAMPTZOID}
 	},
 	[PLAN_DELETE] = {
-		"DELETE FROM %1$s" WHERE_ID " AND fence" EQ "$3",
+		"DELETE FROM %1$s" WHERE_ID " AND fence" EQ "$3" OPEN_STATUS,
 		3, {TEXTOID, TEXTOID, INT8OID}
 	},
+	[PLAN_CHECKPOINT] = {
+		"UPDATE %1$s SET recovery_point = $4, updated_at = $5" WHERE_ID
+		" AND fence" EQ "$3 AND status" EQ STATUS("in_progress"),
+		5, {TEXTOID, TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID}
+	},
+	[PLAN_EXTEND_LEASE] = {
+		"UPDATE %1$s SET locked_until = $4, updated_at = $5" WHERE_ID
+		" AND fence" EQ "$3 AND status" EQ STATUS("in_progress")
+		" AND locked_until IS NOT NULL",
+		5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
 	[PLAN_LOOKUP] = {
-		"SELECT * FROM %1$s" WHERE_ID
-		" AND expires_at OPERATOR(pg_catalog.>) $3",
+		"SELECT * FROM %1$s" WHERE_ID " AND NOT" EXPIRED("$3"),
 		3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+	},
+	/*
+	 * One batch of expired records.  SKIP LOCKED: a record that a claim is
+	 * reclaiming right now is left to it, and purge never waits for a claim.
+	 */
+	[PLAN_PURGE] = {
+		"DELETE FROM %1$s WHERE ctid" EQ "ANY (ARRAY("
+		"SELECT ctid FROM %1$s WHERE" EXPIRED("$1")
+		" LIMIT $2 FOR UPDATE SKIP LOCKED))",
+		2, {TIMESTAMPTZOID, INT4OID}
 	},
 };
 
@@ -313,38 +349,42 @@ store_read(const IdemKey *id, IdemRecord *rec)
  * a REPEATABLE READ or SERIALIZABLE snapshot).
  */
 bool
-store_insert(const IdemKey *id, bytea *fingerprint, TimestampTz now,
-			 TimestampTz expires_at)
+store_insert(const IdemKey *id, bytea *fingerprint, const IdemClaimTimes *t)
 {
-	Datum		values[5];
-	char		nulls[5] = "     ";
+	Datum		values[6];
+	char		nulls[6] = "      ";
 
 	id_values(id, values);
 	values[2] = PointerGetDatum(fingerprint);
 	if (fingerprint == NULL)
 		nulls[2] = 'n';
-	values[3] = TimestampTzGetDatum(now);
-	values[4] = TimestampTzGetDatum(expires_at);
+	values[3] = TimestampTzGetDatum(t->now);
+	values[4] = TimestampTzGetDatum(t->expires_at);
+	values[5] = TimestampTzGetDatum(t->locked_until);
+	if (!t->leased)
+		nulls[5] = 'n';
 	return store_exec_claim_write(PLAN_INSERT, values, nulls, SPI_OK_INSERT) == 1;
 }
 
 /* Shared by the two compare-and-set claims of an existing row */
 static bool
 store_reclaim(StorePlanId plan, const IdemKey *id, int64 seen_fence,
-			  bytea *fingerprint, TimestampTz now, TimestampTz expires_at,
-			  int64 *new_fence)
+			  bytea *fingerprint, const IdemClaimTimes *t, int64 *new_fence)
 {
-	Datum		values[6];
-	char		nulls[6] = "      ";
+	Datum		values[7];
+	char		nulls[7] = "       ";
 	bool		isnull;
 
 	id_values(id, values);
 	values[2] = PointerGetDatum(fingerprint);
 	if (fingerprint == NULL)
 		nulls[2] = 'n';
-	values[3] = TimestampTzGetDatum(now);
-	values[4] = TimestampTzGetDatum(expires_at);
+	values[3] = TimestampTzGetDatum(t->now);
+	values[4] = TimestampTzGetDatum(t->expires_at);
 	values[5] = Int64GetDatum(seen_fence);
+	values[6] = TimestampTzGetDatum(t->locked_until);
+	if (!t->leased)
+		nulls[6] = 'n';
 	if (store_exec_claim_write(plan, values, nulls, SPI_OK_UPDATE_RETURNING) == 0)
 		return false;
 	*new_fence = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
@@ -359,10 +399,10 @@ store_reclaim(StorePlanId plan, const IdemKey *id, int64 seen_fence,
  */
 bool
 store_reclaim_expired(const IdemKey *id, int64 seen_fence, bytea *fingerprint,
-					  TimestampTz now, TimestampTz expires_at, int64 *new_fence)
+					  const IdemClaimTimes *t, int64 *new_fence)
 {
 	return store_reclaim(PLAN_RECLAIM_EXPIRED, id, seen_fence, fingerprint,
-						 now, expires_at, new_fence);
+						 t, new_fence);
 }
 
 /*
@@ -371,13 +411,19 @@ store_reclaim_expired(const IdemKey *id, int64 seen_fence, bytea *fingerprint,
  */
 bool
 store_take_over(const IdemKey *id, int64 seen_fence, bytea *fingerprint,
-				TimestampTz now, TimestampTz expires_at, int64 *new_fence)
+				const IdemClaimTimes *t, int64 *new_fence)
 {
 	return store_reclaim(PLAN_TAKE_OVER, id, seen_fence, fingerprint,
-						 now, expires_at, new_fence);
+						 t, new_fence);
 }
 
-/* Record a final outcome; false when no record with that fence exists */
+/*
+ * The fenced writes below change the record only while fence is its
+ * current fence and it has no final outcome; each returns false otherwise
+ * (the caller then reads the record to say why).
+ */
+
+/* Record an outcome (succeeded, failed or unknown) */
 bool
 store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
 				  Jsonb *result, TimestampTz now)
@@ -392,7 +438,7 @@ store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
 	return store_exec(PLAN_SET_OUTCOME, values, NULL, SPI_OK_UPDATE) == 1;
 }
 
-/* Release a key; false when no record with that fence exists */
+/* Release a key: delete its record */
 bool
 store_delete(const IdemKey *id, int64 fence)
 {
@@ -401,6 +447,45 @@ store_delete(const IdemKey *id, int64 fence)
 	id_values(id, values);
 	values[2] = Int64GetDatum(fence);
 	return store_exec(PLAN_DELETE, values, NULL, SPI_OK_DELETE) == 1;
+}
+
+/* Save the recovery point of an in-progress claim */
+bool
+store_checkpoint(const IdemKey *id, int64 fence, const char *recovery_point,
+				 TimestampTz now)
+{
+	Datum		values[5];
+
+	id_values(id, values);
+	values[2] = Int64GetDatum(fence);
+	values[3] = CStringGetTextDatum(recovery_point);
+	values[4] = TimestampTzGetDatum(now);
+	return store_exec(PLAN_CHECKPOINT, values, NULL, SPI_OK_UPDATE) == 1;
+}
+
+/* Move the lease end of a leased in-progress claim to locked_until */
+bool
+store_extend_lease(const IdemKey *id, int64 fence, TimestampTz locked_until,
+				   TimestampTz now)
+{
+	Datum		values[5];
+
+	id_values(id, values);
+	values[2] = Int64GetDatum(fence);
+	values[3] = TimestampTzGetDatum(locked_until);
+	values[4] = TimestampTzGetDatum(now);
+	return store_exec(PLAN_EXTEND_LEASE, values, NULL, SPI_OK_UPDATE) == 1;
+}
+
+/* Delete up to batch_size records expired at now; returns how many */
+int64
+store_purge(TimestampTz now, int32 batch_size)
+{
+	Datum		values[2];
+
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(batch_size);
+	return store_exec(PLAN_PURGE, values, NULL, SPI_OK_DELETE);
 }
 
 /* The unexpired record of id as a heap tuple in the caller's context */

@@ -322,13 +322,13 @@ SELECT lives_ok($$SELECT idem_finish('err-twice', '{"n": 1}')$$,
 DROP TABLE snap_ik002;
 CREATE TEMP TABLE snap_ik002 AS SELECT * FROM idempotent_record;
 SELECT throws_ok($$SELECT idem_finish('err-twice', '{"n": 2}')$$,
-    'IK002', 'idempotency key is not claimed by this transaction',
+    'IK002', 'idempotency key already has an outcome',
     'a second idem_finish of the same claim raises IK002');
 SELECT throws_ok($$SELECT idem_fail('err-twice', '{"e": 1}', retryable => false)$$,
-    'IK002', 'idempotency key is not claimed by this transaction',
+    'IK002', 'idempotency key already has an outcome',
     'idem_fail (final) after idem_finish raises IK002');
 SELECT throws_ok($$SELECT idem_fail('err-twice', '{"e": 1}')$$,
-    'IK002', 'idempotency key is not claimed by this transaction',
+    'IK002', 'idempotency key already has an outcome',
     'idem_fail (retryable) after idem_finish raises IK002');
 SELECT results_eq($$SELECT status, result FROM idem_lookup('err-twice')$$,
     $$VALUES ('succeeded'::idem_status, '{"n": 1}'::jsonb)$$,
@@ -340,10 +340,10 @@ SELECT is((SELECT outcome FROM idem_claim('err-failed')), 'claimed',
 SELECT lives_ok($$SELECT idem_fail('err-failed', '{"e": "final"}', retryable => false)$$,
     'setup: err-failed failed for good');
 SELECT throws_ok($$SELECT idem_finish('err-failed', '{}')$$,
-    'IK002', 'idempotency key is not claimed by this transaction',
+    'IK002', 'idempotency key already has an outcome',
     'idem_finish after a final idem_fail raises IK002');
 SELECT throws_ok($$SELECT idem_fail('err-failed', '{"e": "again"}', retryable => false)$$,
-    'IK002', 'idempotency key is not claimed by this transaction',
+    'IK002', 'idempotency key already has an outcome',
     'a second idem_fail after a final idem_fail raises IK002');
 SELECT results_eq($$SELECT status, result FROM idem_lookup('err-failed')$$,
     $$VALUES ('failed'::idem_status, '{"e": "final"}'::jsonb)$$,
@@ -354,10 +354,10 @@ SELECT is((SELECT outcome FROM idem_claim('err-released')), 'claimed',
 SELECT lives_ok($$SELECT idem_fail('err-released', '{"e": "retry"}')$$,
     'setup: err-released released by a retryable idem_fail');
 SELECT throws_ok($$SELECT idem_finish('err-released', '{}')$$,
-    'IK002', 'idempotency key is not claimed by this transaction',
+    'IK002', 'idempotency key already has an outcome',
     'idem_finish after a retryable idem_fail raises IK002');
 SELECT throws_ok($$SELECT idem_fail('err-released', '{}')$$,
-    'IK002', 'idempotency key is not claimed by this transaction',
+    'IK002', 'idempotency key already has an outcome',
     'a second retryable idem_fail raises IK002');
 SELECT is((SELECT count(*) FROM idem_lookup('err-released')), 0::bigint,
     'err-released has no record after the refused calls');

@@ -60,32 +60,32 @@ SELECT col_is_pk('idempotent_record', ARRAY['scope', 'key'], 'the primary key of
 -------------------------------------------------------------------------------
 -- Functions: existence, signature, return type
 -------------------------------------------------------------------------------
-SELECT has_function('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean'],
-    'function idem_claim(text, text, bytea, interval, boolean) exists');
-SELECT function_returns('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean'], 'record',
+SELECT has_function('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean', 'interval'],
+    'function idem_claim(text, text, bytea, interval, boolean, interval) exists');
+SELECT function_returns('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean', 'interval'], 'record',
     'idem_claim returns a record');
-SELECT is(pg_get_function_arguments('idem_claim(text, text, bytea, interval, boolean)'::regprocedure),
+SELECT is(pg_get_function_arguments('idem_claim(text, text, bytea, interval, boolean, interval)'::regprocedure),
     'key text, scope text DEFAULT ''''::text, fingerprint bytea DEFAULT NULL::bytea, '
-    'ttl interval DEFAULT NULL::interval, wait boolean DEFAULT true, '
+    'ttl interval DEFAULT NULL::interval, wait boolean DEFAULT true, lease interval DEFAULT NULL::interval, '
     'OUT outcome text, OUT status idem_status, OUT result jsonb, OUT fence bigint, '
     'OUT recovery_point text, OUT retry_after interval',
-    'idem_claim takes (key, scope => '''', fingerprint => NULL, ttl => NULL, wait => true) and returns (outcome, status, result, fence, recovery_point, retry_after)');
+    'idem_claim takes (key, scope => '''', fingerprint => NULL, ttl => NULL, wait => true, lease => NULL) and returns (outcome, status, result, fence, recovery_point, retry_after)');
 
-SELECT has_function('idem_finish', ARRAY['text', 'jsonb', 'text'],
-    'function idem_finish(text, jsonb, text) exists');
-SELECT function_returns('idem_finish', ARRAY['text', 'jsonb', 'text'], 'void',
+SELECT has_function('idem_finish', ARRAY['text', 'jsonb', 'text', 'bigint'],
+    'function idem_finish(text, jsonb, text, bigint) exists');
+SELECT function_returns('idem_finish', ARRAY['text', 'jsonb', 'text', 'bigint'], 'void',
     'idem_finish returns void');
-SELECT is(pg_get_function_arguments('idem_finish(text, jsonb, text)'::regprocedure),
-    'key text, result jsonb, scope text DEFAULT ''''::text',
-    'idem_finish takes (key, result, scope => '''')');
+SELECT is(pg_get_function_arguments('idem_finish(text, jsonb, text, bigint)'::regprocedure),
+    'key text, result jsonb, scope text DEFAULT ''''::text, fence bigint DEFAULT NULL::bigint',
+    'idem_finish takes (key, result, scope => '''', fence => NULL)');
 
-SELECT has_function('idem_fail', ARRAY['text', 'jsonb', 'boolean', 'text'],
-    'function idem_fail(text, jsonb, boolean, text) exists');
-SELECT function_returns('idem_fail', ARRAY['text', 'jsonb', 'boolean', 'text'], 'void',
+SELECT has_function('idem_fail', ARRAY['text', 'jsonb', 'boolean', 'text', 'bigint'],
+    'function idem_fail(text, jsonb, boolean, text, bigint) exists');
+SELECT function_returns('idem_fail', ARRAY['text', 'jsonb', 'boolean', 'text', 'bigint'], 'void',
     'idem_fail returns void');
-SELECT is(pg_get_function_arguments('idem_fail(text, jsonb, boolean, text)'::regprocedure),
-    'key text, error jsonb, retryable boolean DEFAULT true, scope text DEFAULT ''''::text',
-    'idem_fail takes (key, error, retryable => true, scope => '''')');
+SELECT is(pg_get_function_arguments('idem_fail(text, jsonb, boolean, text, bigint)'::regprocedure),
+    'key text, error jsonb, retryable boolean DEFAULT true, scope text DEFAULT ''''::text, fence bigint DEFAULT NULL::bigint',
+    'idem_fail takes (key, error, retryable => true, scope => '''', fence => NULL)');
 
 SELECT has_function('idem_lookup', ARRAY['text', 'text'],
     'function idem_lookup(text, text) exists');
@@ -106,11 +106,11 @@ SELECT is(pg_get_function_arguments('idem_fingerprint(jsonb)'::regprocedure),
 -------------------------------------------------------------------------------
 -- Not STRICT: a NULL argument raises 22004, never silently returns NULL
 -------------------------------------------------------------------------------
-SELECT isnt_strict('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean'],
+SELECT isnt_strict('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean', 'interval'],
     'idem_claim is not STRICT');
-SELECT isnt_strict('idem_finish', ARRAY['text', 'jsonb', 'text'],
+SELECT isnt_strict('idem_finish', ARRAY['text', 'jsonb', 'text', 'bigint'],
     'idem_finish is not STRICT');
-SELECT isnt_strict('idem_fail', ARRAY['text', 'jsonb', 'boolean', 'text'],
+SELECT isnt_strict('idem_fail', ARRAY['text', 'jsonb', 'boolean', 'text', 'bigint'],
     'idem_fail is not STRICT');
 SELECT isnt_strict('idem_lookup', ARRAY['text', 'text'],
     'idem_lookup is not STRICT');
@@ -120,11 +120,11 @@ SELECT isnt_strict('idem_fingerprint', ARRAY['jsonb'],
 -------------------------------------------------------------------------------
 -- Volatility
 -------------------------------------------------------------------------------
-SELECT volatility_is('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean'], 'volatile',
+SELECT volatility_is('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean', 'interval'], 'volatile',
     'idem_claim is VOLATILE');
-SELECT volatility_is('idem_finish', ARRAY['text', 'jsonb', 'text'], 'volatile',
+SELECT volatility_is('idem_finish', ARRAY['text', 'jsonb', 'text', 'bigint'], 'volatile',
     'idem_finish is VOLATILE');
-SELECT volatility_is('idem_fail', ARRAY['text', 'jsonb', 'boolean', 'text'], 'volatile',
+SELECT volatility_is('idem_fail', ARRAY['text', 'jsonb', 'boolean', 'text', 'bigint'], 'volatile',
     'idem_fail is VOLATILE');
 SELECT volatility_is('idem_lookup', ARRAY['text', 'text'], 'volatile',
     'idem_lookup is VOLATILE (it reads the clock)');
@@ -134,11 +134,11 @@ SELECT volatility_is('idem_fingerprint', ARRAY['jsonb'], 'immutable',
 -------------------------------------------------------------------------------
 -- No SECURITY DEFINER: the functions run with the caller's privileges and RLS
 -------------------------------------------------------------------------------
-SELECT isnt_definer('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean'],
+SELECT isnt_definer('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean', 'interval'],
     'idem_claim is not SECURITY DEFINER');
-SELECT isnt_definer('idem_finish', ARRAY['text', 'jsonb', 'text'],
+SELECT isnt_definer('idem_finish', ARRAY['text', 'jsonb', 'text', 'bigint'],
     'idem_finish is not SECURITY DEFINER');
-SELECT isnt_definer('idem_fail', ARRAY['text', 'jsonb', 'boolean', 'text'],
+SELECT isnt_definer('idem_fail', ARRAY['text', 'jsonb', 'boolean', 'text', 'bigint'],
     'idem_fail is not SECURITY DEFINER');
 SELECT isnt_definer('idem_lookup', ARRAY['text', 'text'],
     'idem_lookup is not SECURITY DEFINER');
@@ -181,9 +181,9 @@ SELECT set_has(
          AND d.refobjid = (SELECT oid FROM pg_catalog.pg_extension WHERE extname = 'idempotency')
          AND d.deptype = 'e'$$,
     $$VALUES ('type idem_status'), ('table idempotent_record'),
-             ('function idem_claim(text,text,bytea,interval,boolean)'),
-             ('function idem_finish(text,jsonb,text)'),
-             ('function idem_fail(text,jsonb,boolean,text)'),
+             ('function idem_claim(text,text,bytea,interval,boolean,interval)'),
+             ('function idem_finish(text,jsonb,text,bigint)'),
+             ('function idem_fail(text,jsonb,boolean,text,bigint)'),
              ('function idem_lookup(text,text)'),
              ('function idem_fingerprint(jsonb)')$$,
     'the type, table and functions above belong to extension idempotency');
@@ -211,11 +211,11 @@ SELECT is_empty(
          AND a.attnum > 0 AND NOT a.attisdropped
          AND pg_catalog.col_description(a.attrelid, a.attnum) IS NULL$$,
     'every column of idempotent_record has a COMMENT');
-SELECT isnt(obj_description('idem_claim(text, text, bytea, interval, boolean)'::regprocedure, 'pg_proc'), NULL,
+SELECT isnt(obj_description('idem_claim(text, text, bytea, interval, boolean, interval)'::regprocedure, 'pg_proc'), NULL,
     'function idem_claim has a COMMENT');
-SELECT isnt(obj_description('idem_finish(text, jsonb, text)'::regprocedure, 'pg_proc'), NULL,
+SELECT isnt(obj_description('idem_finish(text, jsonb, text, bigint)'::regprocedure, 'pg_proc'), NULL,
     'function idem_finish has a COMMENT');
-SELECT isnt(obj_description('idem_fail(text, jsonb, boolean, text)'::regprocedure, 'pg_proc'), NULL,
+SELECT isnt(obj_description('idem_fail(text, jsonb, boolean, text, bigint)'::regprocedure, 'pg_proc'), NULL,
     'function idem_fail has a COMMENT');
 SELECT isnt(obj_description('idem_lookup(text, text)'::regprocedure, 'pg_proc'), NULL,
     'function idem_lookup has a COMMENT');

@@ -1,0 +1,266 @@
+/*
+ * outcome.c
+ *	  The writes that follow a claim: idem_finish, idem_fail,
+ *	  idem_mark_unknown, idem_checkpoint and idem_extend_lease.
+ *
+ * Each is allowed to the holder of the claim only: the transaction that made
+ * an in-transaction claim, or whoever presents the current fence of a
+ * leased one (the fencing token of the lease; a takeover adds one).  A
+ * stale fence is refused with IK003 and changes nothing, so a worker that
+ * lost its lease can never overwrite the newer owner's outcome.
+ */
+#include "idempotency.h"
+
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+/* Argument numbers shared by these functions: key first, then ... */
+#define ARG_KEY 0
+
+/*
+ * A fenced write changed nothing: read the record and say why.  IK003 when
+ * the record carries another fence (taken over), IK002 otherwise.
+ */
+static void
+explain_refusal(const IdemKey *id, int64 fence, const char *fn)
+{
+	IdemRecord	rec;
+	bool		found = store_read(id, &rec);
+
+	if (!found || record_expired(&rec, GetCurrentTimestamp()))
+		ereport(ERROR,
+				errcode(ERRCODE_IDEM_NOT_HELD),
+				errmsg("idempotency key is not claimed"),
+				errdetail("Key \"%s\" in scope \"%s\" has no record%s.",
+						  id->key, id->scope, found ? " that has not expired" : ""),
+				errhint("Call %s only after idem_claim answered \"claimed\".", fn));
+	if (rec.fence != fence)
+		ereport(ERROR,
+				errcode(ERRCODE_IDEM_STALE_FENCE),
+				rec.fence > fence ?
+				errmsg("stale fence: the claim was taken over") :
+				errmsg("fence does not match the claim"),
+				errdetail("Key \"%s\" in scope \"%s\" has fence " INT64_FORMAT "; this call has fence " INT64_FORMAT ".",
+						  id->key, id->scope, rec.fence, fence),
+				errhint("Only the holder of the current fence may write; a worker whose lease was taken over must stop and record nothing (HTTP 409)."));
+	if (rec.status == IDEM_SUCCEEDED || rec.status == IDEM_FAILED)
+		ereport(ERROR,
+				errcode(ERRCODE_IDEM_NOT_HELD),
+				errmsg("idempotency key already has an outcome"),
+				errdetail("Key \"%s\" in scope \"%s\" is %s with fence " INT64_FORMAT ".",
+						  id->key, id->scope, idem_status_names[rec.status], rec.fence),
+				errhint("An outcome is recorded once; duplicates replay it."));
+	ereport(ERROR,
+			errcode(ERRCODE_IDEM_NOT_HELD),
+			errmsg("%s does not apply to this claim", fn),
+			errdetail("Key \"%s\" in scope \"%s\" is %s%s.",
+					  id->key, id->scope, idem_status_names[rec.status],
+					  rec.has_lease ? "" : " without a lease"),
+			errhint("idem_checkpoint needs a claim in progress; idem_extend_lease a leased one."));
+}
+
+/*
+ * The fence a write of fn must carry, and the claim this transaction holds
+ * for id (NULL when it is a leased claim or nobody's).  The transaction
+ * holding an in-transaction claim needs no fence (a given one must match);
+ * anyone else must present one: IK002 when there is no claim to present it
+ * for, IK003 when a leased claim or an unknown outcome needs it.
+ */
+static int64
+required_fence(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
+			   const char *fn, HeldClaim **held)
+{
+	HeldClaim  *claim = claims_find(id);
+	IdemRecord	rec;
+
+	*held = NULL;
+	if (claim != NULL)
+	{
+		if (claim->finished_in != InvalidSubTransactionId)
+			ereport(ERROR,
+					errcode(ERRCODE_IDEM_NOT_HELD),
+					errmsg("idempotency key already has an outcome"),
+					errdetail("Key \"%s\" in scope \"%s\" had its outcome recorded earlier in this transaction.",
+							  id->key, id->scope),
+					errhint("An outcome is recorded once; duplicates replay it."));
+		if (!PG_ARGISNULL(fence_arg) && PG_GETARG_INT64(fence_arg) != claim->fence)
+			ereport(ERROR,
+					errcode(ERRCODE_IDEM_STALE_FENCE),
+					errmsg("fence does not match the claim held by this transaction"),
+					errdetail("This transaction holds key \"%s\" in scope \"%s\" with fence " INT64_FORMAT "; this call has fence " INT64_FORMAT ".",
+							  id->key, id->scope, claim->fence, PG_GETARG_INT64(fence_arg)),
+					errhint("Pass the fence that idem_claim returned, or none."));
+		*held = claim;
+		return claim->fence;
+	}
+
+	if (!PG_ARGISNULL(fence_arg))
+		return PG_GETARG_INT64(fence_arg);
+
+	if (store_read(id, &rec) && !record_expired(&rec, GetCurrentTimestamp()) &&
+		(rec.status == IDEM_UNKNOWN || (rec.status == IDEM_IN_PROGRESS && rec.has_lease)))
+		ereport(ERROR,
+				errcode(ERRCODE_IDEM_STALE_FENCE),
+				errmsg("a fence is required to write to a leased claim"),
+				errdetail("Key \"%s\" in scope \"%s\" is %s with fence " INT64_FORMAT ".",
+						  id->key, id->scope, idem_status_names[rec.status], rec.fence),
+				errhint("Pass fence => the fence that your idem_claim returned."));
+	ereport(ERROR,
+			errcode(ERRCODE_IDEM_NOT_HELD),
+			errmsg("idempotency key is not claimed by this transaction"),
+			errdetail("Key \"%s\" in scope \"%s\" has no open claim made by idem_claim in this transaction.",
+					  id->key, id->scope),
+			errhint("Call %s in the transaction whose idem_claim answered \"claimed\", or pass the fence of a leased claim.", fn));
+	return 0;					/* keep compiler quiet */
+}
+
+typedef enum OutcomeKind
+{
+	RECORD_SUCCEEDED,
+	RECORD_FAILED,
+	RECORD_UNKNOWN,
+	RELEASE_KEY
+} OutcomeKind;
+
+/* Write an outcome, or release the key, as the holder of the claim */
+static void
+record_outcome(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
+			   const char *fn, OutcomeKind kind, Jsonb *result)
+{
+	static const IdemStatus status_of[] = {IDEM_SUCCEEDED, IDEM_FAILED, IDEM_UNKNOWN};
+	HeldClaim  *held;
+	int64		fence;
+	bool		done;
+
+	store_begin(fcinfo->flinfo->fn_oid, false);
+	fence = required_fence(fcinfo, id, fence_arg, fn, &held);
+	if (kind == RELEASE_KEY)
+		done = store_delete(id, fence);
+	else
+		done = store_set_outcome(id, fence, status_of[kind], result,
+								 GetCurrentTimestamp());
+	if (!done)
+		explain_refusal(id, fence, fn);
+	store_end();
+
+	if (held != NULL)
+		claims_mark_finished(held);
+}
+
+/*
+ * idem_finish(key text, result jsonb, scope text, fence bigint)
+ *	  RETURNS void
+ *	  Record success: status succeeded, result replayed to duplicates.
+ *	  Errors: IK002 no claim held, IK003 missing or stale fence of a leased
+ *	  claim, 22004 NULL key, result or scope.
+ */
+PG_FUNCTION_INFO_V1(idem_finish);
+Datum
+idem_finish(PG_FUNCTION_ARGS)
+{
+	IdemKey		id = get_idem_key(fcinfo, ARG_KEY, 2, "idem_finish");
+
+	require_arg(fcinfo, 1, "result", "idem_finish");
+	record_outcome(fcinfo, &id, 3, "idem_finish", RECORD_SUCCEEDED,
+				   PG_GETARG_JSONB_P(1));
+	PG_RETURN_VOID();
+}
+
+/*
+ * idem_fail(key text, error jsonb, retryable boolean, scope text,
+ *			 fence bigint) RETURNS void
+ *	  Record failure.  retryable: release the key (the record is deleted;
+ *	  the next claim is claimed).  Not retryable: status failed, error
+ *	  replayed to duplicates.  Errors as for idem_finish.
+ */
+PG_FUNCTION_INFO_V1(idem_fail);
+Datum
+idem_fail(PG_FUNCTION_ARGS)
+{
+	IdemKey		id = get_idem_key(fcinfo, ARG_KEY, 3, "idem_fail");
+
+	require_arg(fcinfo, 1, "error", "idem_fail");
+	require_arg(fcinfo, 2, "retryable", "idem_fail");
+	record_outcome(fcinfo, &id, 4, "idem_fail",
+				   PG_GETARG_BOOL(2) ? RELEASE_KEY : RECORD_FAILED,
+				   PG_GETARG_JSONB_P(1));
+	PG_RETURN_VOID();
+}
+
+/*
+ * idem_mark_unknown(key text, detail jsonb, scope text, fence bigint)
+ *	  RETURNS void
+ *	  The outcome of an external call is unknown: status unknown, detail
+ *	  stored in result, lease dropped.  Claims answer in_progress and the
+ *	  record never expires until a reconciler records the outcome with
+ *	  idem_finish or idem_fail (same fence).  Errors as for idem_finish.
+ */
+PG_FUNCTION_INFO_V1(idem_mark_unknown);
+Datum
+idem_mark_unknown(PG_FUNCTION_ARGS)
+{
+	IdemKey		id = get_idem_key(fcinfo, ARG_KEY, 2, "idem_mark_unknown");
+
+	require_arg(fcinfo, 1, "detail", "idem_mark_unknown");
+	record_outcome(fcinfo, &id, 3, "idem_mark_unknown", RECORD_UNKNOWN,
+				   PG_GETARG_JSONB_P(1));
+	PG_RETURN_VOID();
+}
+
+/*
+ * idem_checkpoint(key text, recovery_point text, scope text, fence bigint)
+ *	  RETURNS void
+ *	  Save the recovery point of a multi-phase request in the caller's
+ *	  transaction, so a phase's writes and its recovery point commit
+ *	  together; a takeover returns it.  Errors as for idem_finish, and
+ *	  IK002 when the claim is no longer in progress.
+ */
+PG_FUNCTION_INFO_V1(idem_checkpoint);
+Datum
+idem_checkpoint(PG_FUNCTION_ARGS)
+{
+	IdemKey		id = get_idem_key(fcinfo, ARG_KEY, 2, "idem_checkpoint");
+	HeldClaim  *held;
+	int64		fence;
+	char	   *recovery_point;
+
+	require_arg(fcinfo, 1, "recovery_point", "idem_checkpoint");
+	recovery_point = text_to_cstring(PG_GETARG_TEXT_PP(1));
+
+	store_begin(fcinfo->flinfo->fn_oid, false);
+	fence = required_fence(fcinfo, &id, 3, "idem_checkpoint", &held);
+	if (!store_checkpoint(&id, fence, recovery_point, GetCurrentTimestamp()))
+		explain_refusal(&id, fence, "idem_checkpoint");
+	store_end();
+	PG_RETURN_VOID();
+}
+
+/*
+ * idem_extend_lease(key text, lease interval, scope text, fence bigint)
+ *	  RETURNS timestamptz
+ *	  Heartbeat of long work: the lease now ends at server time + lease
+ *	  (returned).  Errors: IK003 missing or stale fence (taken over), IK002
+ *	  no leased claim in progress, 22004 NULL key, lease or scope, 22023
+ *	  non-positive lease.
+ */
+PG_FUNCTION_INFO_V1(idem_extend_lease);
+Datum
+idem_extend_lease(PG_FUNCTION_ARGS)
+{
+	IdemKey		id = get_idem_key(fcinfo, ARG_KEY, 2, "idem_extend_lease");
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz locked_until;
+	HeldClaim  *held;
+	int64		fence;
+
+	require_arg(fcinfo, 1, "lease", "idem_extend_lease");
+	locked_until = interval_end(fcinfo, 1, "lease", now);
+
+	store_begin(fcinfo->flinfo->fn_oid, false);
+	fence = required_fence(fcinfo, &id, 3, "idem_extend_lease", &held);
+	if (!store_extend_lease(&id, fence, locked_until, now))
+		explain_refusal(&id, fence, "idem_extend_lease");
+	store_end();
+	PG_RETURN_TIMESTAMPTZ(locked_until);
+}

@@ -1,0 +1,38 @@
+/*
+ * purge.c
+ *	  idem_purge: delete one batch of expired records.  Small batches and
+ *	  SKIP LOCKED keep it from holding long locks or waiting for claims;
+ *	  idem_purge_all (SQL) commits batch after batch.
+ */
+#include "idempotency.h"
+
+#include "fmgr.h"
+#include "utils/timestamp.h"
+
+/*
+ * idem_purge(batch_size integer) RETURNS bigint
+ *	  Delete up to batch_size records expired at the server's clock (never
+ *	  one under a live lease or awaiting reconciliation, never one a claim
+ *	  is writing); returns how many went.  Errors: 22004 NULL, 22023
+ *	  batch_size < 1.
+ */
+PG_FUNCTION_INFO_V1(idem_purge);
+Datum
+idem_purge(PG_FUNCTION_ARGS)
+{
+	int32		batch_size;
+	int64		purged;
+
+	require_arg(fcinfo, 0, "batch_size", "idem_purge");
+	batch_size = PG_GETARG_INT32(0);
+	if (batch_size < 1)
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("batch_size must be at least 1"),
+				errdetail("The batch_size given is %d.", batch_size));
+
+	store_begin(fcinfo->flinfo->fn_oid, false);
+	purged = store_purge(GetCurrentTimestamp(), batch_size);
+	store_end();
+	PG_RETURN_INT64(purged);
+}
