@@ -31,6 +31,17 @@ isolationcheck:
 pgtapcheck:
 	pg_prove --failures --dbname $(EXTENSION)_pgtap $(sort $(wildcard test/pgtap/*.sql))
 
+# Crash, replica and pg_cron tests (PostgreSQL::Test::Cluster, shipped with
+# the server headers).  Each test starts its own clusters, so this runs as
+# a user that may run PostgreSQL (not root); TESTDIR is where they live.
+TAP_TESTDIR ?= $(CURDIR)
+.PHONY: tapcheck
+tapcheck:
+	rm -rf '$(TAP_TESTDIR)'/tmp_check && mkdir -p '$(TAP_TESTDIR)'/tmp_check
+	TESTDIR='$(TAP_TESTDIR)' PATH="$(bindir):$$PATH" \
+	PG_REGRESS='$(top_builddir)/src/test/regress/pg_regress' \
+	$(PROVE) -I '$(top_builddir)/src/test/perl' $(PROVE_FLAGS) $(sort $(wildcard test/t/*.pl))
+
 # The two user commands.  Each script installs what is missing, builds and
 # installs the extension, runs a throwaway cluster and stops it on exit.
 .PHONY: test demo

@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 
 ensure_packages "${IDEM_PACKAGES[@]}" || exit 1
 build_and_install || exit 1
-cluster_start || exit 1
+# preloaded, so that idempotency_stats has its shared counters (sql/stats.sql)
+cluster_start "shared_preload_libraries = 'idempotency'" || exit 1
 
 passed=0
 failed=0
@@ -45,9 +46,32 @@ run_pgtap_suite() {
     failed=$((failed + bad))
 }
 
+# TAP (PostgreSQL::Test::Cluster): the tests start clusters of their own,
+# so they run as the cluster's OS user from a copy it owns.
+run_tap_suite() {
+    local dir total bad rc
+    say "TAP tests (crash, lease, pg_cron)"
+    dir=$(mktemp -d /tmp/idempotency-tap.XXXXXX)
+    cp -r Makefile idempotency.control test "$dir/"
+    [ "$(id -u)" -eq 0 ] && chown -R "$CLUSTER_OS_USER" "$dir"
+    as_cluster_user make -s -C "$dir" PG_CONFIG="$PG_CONFIG" TAP_TESTDIR="$dir" tapcheck 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    total=$(sed -n 's/.*Tests=\([0-9]*\).*/\1/p' "$log" | tail -n 1)
+    bad=$(sed -n 's/.*Failed \([0-9]*\)\/[0-9]* subtests.*/\1/p' "$log" | awk '{s += $1} END {print s + 0}')
+    total=${total:-0}
+    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then
+        bad=1
+        say "TAP logs:"; tail -n 50 "$dir"/tmp_check/log/regress_log_* 2>/dev/null
+    fi
+    passed=$((passed + total - (bad > total ? total : bad)))
+    failed=$((failed + bad))
+    rm -rf "$dir"
+}
+
 run_regress_suite "pg_regress" regresscheck regression.diffs
 run_regress_suite "isolation specs" isolationcheck output_iso/regression.diffs
 run_pgtap_suite
+run_tap_suite
 rm -f "$log"
 
 if [ "$failed" -ne 0 ]; then
