@@ -3,8 +3,11 @@
 # cluster, create a small shop (examples/shop.sql), send it a burst of
 # concurrent order requests with duplicates, retries and a reused key
 # (pgbench, examples/place_order.pgbench), then print what happened and
-# check it (examples/report.sql).  Exits non-zero when a check fails:
-# above all, unless every accepted key produced exactly one order.
+# check it (examples/report.sql).  Act two (examples/leased_payment.sh) is a
+# leased payment: a worker killed after charging, a takeover from its
+# recovery point, the stale worker's late finish refused.  Exits non-zero
+# when a check fails: above all, unless every accepted key produced exactly
+# one order and the payment was charged once.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/cluster.sh
@@ -54,10 +57,25 @@ sql -At -c "SELECT format('  %-4s  %s', CASE WHEN ok THEN 'ok' ELSE 'FAIL' END, 
                    || CASE WHEN ok THEN '' ELSE E'\n          ' || detail END
               FROM shop.demo_checks ORDER BY ord" || exit 1
 failed=$(sql -At -c "SELECT count(*) FROM shop.demo_checks WHERE NOT ok") || exit 1
+acts_failed=0
 echo
 if [ "$failed" -eq 0 ]; then
-    echo "demo passed: one order and one payment per accepted key; every duplicate got the first answer"
+    echo "act one passed: one order and one payment per accepted key; every duplicate got the first answer"
 else
-    echo "demo FAILED: $failed check(s) failed"
+    echo "act one FAILED: $failed check(s) failed"
+    acts_failed=$((acts_failed + 1))
+fi
+
+# Act two: a leased claim for a payment made outside the database.
+bash examples/leased_payment.sh "$DB" || acts_failed=$((acts_failed + 1))
+
+# Act three: a transition replayed (already), an illegal one refused
+# (IK005), a double-submitted form token refused.
+sql -f examples/guards_demo.sql || acts_failed=$((acts_failed + 1))
+
+echo
+if [ "$acts_failed" -ne 0 ]; then
+    echo "demo FAILED: $acts_failed act(s) failed"
     exit 1
 fi
+echo "demo passed"
