@@ -44,8 +44,11 @@ tapcheck:
 
 # The two user commands.  Each script installs what is missing, builds and
 # installs the extension, runs a throwaway cluster and stops it on exit.
-.PHONY: test demo
+.PHONY: test demo bench
 test:
 	bash scripts/test.sh
 demo:
 	bash scripts/demo.sh
+# bench parameters: make bench BENCH_ARGS="--runs 5 --duration 20"
+bench:
+	bash scripts/bench.sh $(BENCH_ARGS)

@@ -210,3 +210,156 @@ COMMENT ON PROCEDURE @extschema@.idem_purge_all(integer) IS
 
 REVOKE ALL ON FUNCTION @extschema@.idem_purge(integer) FROM PUBLIC;
 REVOKE ALL ON PROCEDURE @extschema@.idem_purge_all(integer) FROM PUBLIC;
+
+-------------------------------------------------------------------------------
+-- State machines, optimistic versions and single-use tokens
+-------------------------------------------------------------------------------
+
+CREATE FUNCTION @extschema@.idem_transition(
+    rel           regclass,
+    id            anycompatible,
+    to_state      text,
+    from_states   text[],
+    status_column name DEFAULT 'status')
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_transition'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_transition(regclass, anycompatible, text, text[], name) IS
+'compare-and-set of a status column: locks the row of table rel whose single-column primary key equals id (SELECT ... FOR UPDATE), then returns text applied (it was in one of from_states and is now in to_state), already (it is in to_state: nothing written), rejected (in another state: nothing written) or not_found. status_column (name, default status) is a text, varchar or enum column; id is of the key''s type, a type with an implicit cast to it, or text. Runs with the caller''s privileges and row level security. Errors: 22004 NULL argument or NULL in from_states, 42809 rel is not a table, 42703 no such column, 42804 status column not text/enum or id of another type, 0A000 no or composite primary key, 42501 no UPDATE privilege, 22P02 state not a value of the column''s type, 40001 row changed after a REPEATABLE READ/SERIALIZABLE snapshot';
+
+CREATE FUNCTION @extschema@.idem_transition_guard()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_transition_guard'
+LANGUAGE C;
+
+COMMENT ON FUNCTION @extschema@.idem_transition_guard() IS
+'row trigger on INSERT/UPDATE: idem_transition_guard(''column'', ''from>to'', ...) lets a status column move only along the listed transitions (compared as text); an update keeping the value is allowed; ''>to'' entries restrict the states a row may be inserted with (INSERT is unrestricted without them). Errors: IK005 transition or initial state not allowed (errdetail: from, to, allowed list), 22023 bad trigger argument (reported when the trigger fires), 39P01 not fired FOR EACH ROW on INSERT or UPDATE';
+
+CREATE FUNCTION @extschema@.idem_version_guard()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_version_guard'
+LANGUAGE C;
+
+COMMENT ON FUNCTION @extschema@.idem_version_guard() IS
+'BEFORE UPDATE FOR EACH ROW trigger: idem_version_guard(''column'') (default column version, smallint/integer/bigint) refuses an update whose new version differs from the stored one, else increments the version by 1 (NULL counts as 0). Errors: IK006 stale version (errdetail: stored and given), 22003 version at the maximum of its type, 22023 bad trigger argument, 39P01 not fired BEFORE UPDATE FOR EACH ROW';
+
+CREATE TABLE @extschema@.idempotency_token (
+    scope       text        NOT NULL DEFAULT '',
+    token       text        NOT NULL,
+    created_at  timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    consumed_at timestamptz,
+    CONSTRAINT idempotency_token_pkey PRIMARY KEY (scope, token)
+);
+
+COMMENT ON TABLE @extschema@.idempotency_token IS
+'single-use tokens against double submits: one row per token issued by idem_token_issue; idem_token_consume sets consumed_at once';
+COMMENT ON COLUMN @extschema@.idempotency_token.scope IS
+'namespace of the token (form, tenant, user); a token is consumed only in the scope it was issued for';
+COMMENT ON COLUMN @extschema@.idempotency_token.token IS
+'the token: 22 characters of base64url, 128 random bits';
+COMMENT ON COLUMN @extschema@.idempotency_token.created_at IS
+'server time (clock_timestamp) of issue';
+COMMENT ON COLUMN @extschema@.idempotency_token.expires_at IS
+'issue time + ttl: from then on the token cannot be consumed, and purge may delete it';
+COMMENT ON COLUMN @extschema@.idempotency_token.consumed_at IS
+'server time (clock_timestamp) of the consume that returned true; NULL while unused';
+
+-- purge finds expired tokens by expires_at
+CREATE INDEX idempotency_token_expires_at_idx
+    ON @extschema@.idempotency_token (expires_at);
+
+-- pg_dump keeps the tokens (DESIGN §5.6)
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idempotency_token', '');
+
+CREATE FUNCTION @extschema@.idem_token_issue(
+    scope text     DEFAULT '',
+    ttl   interval DEFAULT '10 minutes')
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_token_issue'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_token_issue(text, interval) IS
+'issue a single-use token for scope text, valid for ttl interval (default 10 minutes) from the server clock; returns it as text (22 URL-safe characters, 128 bits from pg_strong_random). Errors: 22004 NULL scope or ttl, 22023 over-long scope or ttl not positive, 22008 ttl out of range, 42501 no INSERT privilege on idempotency_token';
+
+CREATE FUNCTION @extschema@.idem_token_consume(
+    token text,
+    scope text DEFAULT '')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_token_consume'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_token_consume(text, text) IS
+'consume a token in the caller''s transaction: returns boolean true exactly once (a concurrent consumer waits for the first one''s transaction), false for an unknown, already consumed, expired or other-scope token. Errors: 22004 NULL token or scope, 40001 consumed by another transaction after a REPEATABLE READ/SERIALIZABLE snapshot, 42501 no UPDATE privilege on idempotency_token';
+
+-------------------------------------------------------------------------------
+-- Cluster-wide counters
+-------------------------------------------------------------------------------
+
+-- OUT columns in the order of IdemCounter (src/idempotency.h)
+CREATE FUNCTION @extschema@.idem_stats(
+    OUT claims                 bigint,
+    OUT replays                bigint,
+    OUT in_progress            bigint,
+    OUT waits                  bigint,
+    OUT fingerprint_mismatches bigint,
+    OUT takeovers              bigint,
+    OUT stale_fences           bigint,
+    OUT failures               bigint,
+    OUT tokens_issued          bigint,
+    OUT tokens_consumed        bigint,
+    OUT tokens_refused         bigint,
+    OUT rows_purged            bigint,
+    OUT stats_reset            timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_stats'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_stats() IS
+'the cluster-wide counters behind the idempotency_stats view: one row of bigint counts since stats_reset timestamptz. Errors: 55000 the library is not in shared_preload_libraries';
+
+CREATE VIEW @extschema@.idempotency_stats AS
+    SELECT * FROM @extschema@.idem_stats();
+
+COMMENT ON VIEW @extschema@.idempotency_stats IS
+'cluster-wide counters (all databases) since stats_reset, kept in shared memory; needs idempotency in shared_preload_libraries (else 55000). One row of bigint counts: claims, replays, in_progress (idem_claim answers), waits (claim writes that waited for another transaction''s write of the same key), fingerprint_mismatches (IK001), takeovers, stale_fences (IK003), failures (idem_fail calls), tokens_issued, tokens_consumed, tokens_refused, rows_purged; not transactional';
+COMMENT ON COLUMN @extschema@.idempotency_stats.claims IS
+'idem_claim calls answered claimed (new keys, expired records reclaimed, takeovers)';
+COMMENT ON COLUMN @extschema@.idempotency_stats.replays IS
+'idem_claim calls answered replay';
+COMMENT ON COLUMN @extschema@.idempotency_stats.in_progress IS
+'idem_claim calls answered in_progress';
+COMMENT ON COLUMN @extschema@.idempotency_stats.waits IS
+'claims (wait => true) whose write found the key just written by another transaction: they waited for it on the primary key or row lock, or lost the race to it by microseconds; waits that end in the other''s rollback are not counted';
+COMMENT ON COLUMN @extschema@.idempotency_stats.fingerprint_mismatches IS
+'IK001 errors: a key reused for a different request';
+COMMENT ON COLUMN @extschema@.idempotency_stats.takeovers IS
+'in-progress claims whose owner was gone (lease over, or no lease) taken over with fence + 1';
+COMMENT ON COLUMN @extschema@.idempotency_stats.stale_fences IS
+'IK003 errors: writes refused for a stale or missing fence';
+COMMENT ON COLUMN @extschema@.idempotency_stats.failures IS
+'idem_fail calls that recorded a failure, final or retryable';
+COMMENT ON COLUMN @extschema@.idempotency_stats.tokens_issued IS
+'tokens returned by idem_token_issue';
+COMMENT ON COLUMN @extschema@.idempotency_stats.tokens_consumed IS
+'idem_token_consume calls that returned true';
+COMMENT ON COLUMN @extschema@.idempotency_stats.tokens_refused IS
+'idem_token_consume calls that returned false';
+COMMENT ON COLUMN @extschema@.idempotency_stats.rows_purged IS
+'expired records and tokens deleted by idem_purge';
+COMMENT ON COLUMN @extschema@.idempotency_stats.stats_reset IS
+'when the counters were last reset by idem_stats_reset, or the server started';
+
+-- aggregate counts without keys, as pg_stat_database: readable by everyone
+GRANT SELECT ON @extschema@.idempotency_stats TO PUBLIC;
+
+CREATE FUNCTION @extschema@.idem_stats_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_stats_reset'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_stats_reset() IS
+'set every counter of idempotency_stats to zero and stats_reset to now, for the whole cluster. Returns void. Revoked from PUBLIC. Errors: 55000 the library is not in shared_preload_libraries, 42501 no EXECUTE privilege';
+
+REVOKE ALL ON FUNCTION @extschema@.idem_stats_reset() FROM PUBLIC;

@@ -30,6 +30,7 @@ check_fingerprint(const IdemKey *id, bytea *stored, bytea *given)
 	if (VARSIZE_ANY_EXHDR(stored) == VARSIZE_ANY_EXHDR(given) &&
 		memcmp(VARDATA_ANY(stored), VARDATA_ANY(given), VARSIZE_ANY_EXHDR(given)) == 0)
 		return;
+	idem_count(IDEM_COUNT_FINGERPRINT_MISMATCHES);
 	ereport(ERROR,
 			errcode(ERRCODE_IDEM_FINGERPRINT_MISMATCH),
 			errmsg("idempotency key was already used for a different request"),
@@ -143,6 +144,8 @@ busy_elsewhere(const IdemKey *id, bytea *fingerprint)
 static bool
 write_lost(const IdemKey *id, bytea *fingerprint, bool wait, ClaimAnswer *a)
 {
+	if (wait)
+		idem_count(IDEM_COUNT_WAITS);	/* README "idempotency_stats" */
 	if (wait || !store_write_would_wait())
 		return false;
 	(void) busy_elsewhere(id, fingerprint);
@@ -220,6 +223,7 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 	/* committed in progress without a live lease: the owner is gone */
 	if (!store_take_over(id, rec.fence, fingerprint, &t, &new_fence))
 		return write_lost(id, fingerprint, wait, a);
+	idem_count(IDEM_COUNT_TAKEOVERS);
 	return answer_claimed(a, id, &t, new_fence, rec.recovery_point);
 }
 
@@ -259,6 +263,8 @@ idem_claim(PG_FUNCTION_ARGS)
 	while (!claim_attempt(fcinfo, &id, fingerprint, wait, &a))
 		CHECK_FOR_INTERRUPTS();
 	store_end();
+	idem_count(a.outcome == OUTCOME_CLAIMED ? IDEM_COUNT_CLAIMS :
+			   a.outcome == OUTCOME_REPLAY ? IDEM_COUNT_REPLAYS : IDEM_COUNT_IN_PROGRESS);
 
 	values[0] = CStringGetTextDatum(outcome_names[a.outcome]);
 	if (a.has_record)

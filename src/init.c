@@ -41,4 +41,5 @@ _PG_init(void)
 	MarkGUCPrefixReserved("idempotency");
 
 	claims_register_callbacks();
+	stats_init();				/* shared counters, when preloaded */
 }

@@ -185,6 +185,7 @@ idem_fail(PG_FUNCTION_ARGS)
 	record_outcome(fcinfo, &id, 4, "idem_fail",
 				   PG_GETARG_BOOL(2) ? RELEASE_KEY : RECORD_FAILED,
 				   PG_GETARG_JSONB_P(1));
+	idem_count(IDEM_COUNT_FAILURES);
 	PG_RETURN_VOID();
 }
 

@@ -1,0 +1,378 @@
+#!/usr/bin/env bash
+# make bench: the extension against hand-written SQL and Redis, measured the
+# same way on the same machine in the same run.  Builds and installs the
+# extension (holding the machine-wide install lock), starts a throwaway
+# PostgreSQL 15 cluster with the library preloaded and a loopback-only
+# redis-server, runs the pgbench scripts of bench/ several times, and prints
+# one table of medians; ratios are taken within each run, then their median.
+# Stops both servers on exit, also on failure.  Numbers are measurements,
+# never pass/fail: the exit status only says whether every row could run.
+#
+#   bash scripts/bench.sh [--clients N] [--hot-clients N] [--hot-keys N]
+#                         [--threads N] [--duration S] [--runs N]
+#                         [--records N] [--replay-keys N] [--purge-rows N]
+#                         [--protocol simple|extended|prepared]
+#   make bench BENCH_ARGS="--runs 5 --duration 20"
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. scripts/cluster.sh
+
+CLIENTS=8            # B1, B2, B4, B5 clients (pgbench -c)
+HOT_CLIENTS=32       # B3 clients
+HOT_KEYS=16          # B3 keys per 50 ms time slot
+THREADS=2            # pgbench worker threads (-j), redis-benchmark --threads
+DURATION=8           # seconds per pgbench run (-T)
+RUNS=3               # runs of every row; the table shows medians
+RECORDS=1000000      # B6 records per table
+REPLAY_KEYS=10000    # B2 finished keys
+PURGE_ROWS=200000    # B5 expired records to purge
+PROTOCOL=prepared    # pgbench -M
+REDIS_PORT=${IDEM_REDIS_PORT:-56379}
+DB=idem_bench
+
+usage() { sed -n '11,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while [ $# -gt 0 ]; do
+    case $1 in
+        --clients) CLIENTS=$2 ;;
+        --hot-clients) HOT_CLIENTS=$2 ;;
+        --hot-keys) HOT_KEYS=$2 ;;
+        --threads) THREADS=$2 ;;
+        --duration) DURATION=$2 ;;
+        --runs) RUNS=$2 ;;
+        --records) RECORDS=$2 ;;
+        --replay-keys) REPLAY_KEYS=$2 ;;
+        --purge-rows) PURGE_ROWS=$2 ;;
+        --protocol) PROTOCOL=$2 ;;
+        *) usage ;;
+    esac
+    [ $# -ge 2 ] || usage
+    shift 2
+done
+for v in CLIENTS HOT_CLIENTS HOT_KEYS THREADS DURATION RUNS RECORDS REPLAY_KEYS PURGE_ROWS; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { say "$v must be a positive integer"; usage; }
+done
+
+ensure_packages "${IDEM_PACKAGES[@]}" redis-server || exit 1
+build_and_install || exit 1
+
+PRELOAD="shared_preload_libraries = 'idempotency'"
+# fsync on: synchronous_commit = on must mean a real WAL flush.  Big WAL so
+# that no checkpoint lands in the middle of a short run.
+cluster_start "fsync = on" "$PRELOAD" "shared_buffers = 256MB" \
+    "max_wal_size = 4GB" "checkpoint_timeout = 30min" || exit 1
+WORK=$CLUSTER_DIR/bench
+mkdir -p "$WORK" && chmod 777 "$WORK"
+
+# redis-server: loopback TCP on a private port plus a Unix socket (the
+# benchmark uses the socket, as pgbench does), no persistence, run as the
+# cluster's OS user, stopped on exit.
+REDIS_DIR=
+redis_stop() {
+    [ -n "$REDIS_DIR" ] || return 0
+    redis-cli -s "$REDIS_DIR/redis.sock" shutdown nosave >/dev/null 2>&1
+    sleep 0.2
+    [ -f "$REDIS_DIR/redis.pid" ] && kill "$(cat "$REDIS_DIR/redis.pid")" 2>/dev/null
+    rm -rf "$REDIS_DIR"
+    REDIS_DIR=
+}
+trap 'redis_stop; cluster_stop' EXIT
+REDIS_DIR=$CLUSTER_DIR/redis
+mkdir -p "$REDIS_DIR" && chmod 777 "$REDIS_DIR"
+as_cluster_user redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --protected-mode yes \
+    --unixsocket "$REDIS_DIR/redis.sock" --unixsocketperm 777 \
+    --save '' --appendonly no --daemonize yes --dir "$REDIS_DIR" \
+    --pidfile "$REDIS_DIR/redis.pid" --logfile "$REDIS_DIR/redis.log" || exit 1
+for _ in $(seq 50); do
+    redis-cli -s "$REDIS_DIR/redis.sock" ping >/dev/null 2>&1 && break
+    sleep 0.1
+done
+redis() { redis-cli -s "$REDIS_DIR/redis.sock" "$@"; }
+redis ping >/dev/null || { say "redis-server did not start"; cat "$REDIS_DIR/redis.log" >&2; exit 1; }
+say "redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') on 127.0.0.1:$REDIS_PORT and $REDIS_DIR/redis.sock"
+
+sql() { psql -X -q -v ON_ERROR_STOP=1 -d "$DB" "$@"; }
+sqlv() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$DB" -c "$1"; }
+
+createdb "$DB" || exit 1
+sql -f bench/schema.sql || exit 1
+HAS_LEASE=$(sqlv "SELECT count(*) FROM pg_proc WHERE proname = 'idem_claim' AND 'lease' = ANY (proargnames)")
+HAS_PURGE=$(sqlv "SELECT count(*) FROM pg_proc WHERE proname = 'idem_purge_all'")
+
+say "B2 setup: $REPLAY_KEYS finished keys in both tables and in Redis"
+sql -c "CALL bench_load_replay_keys($REPLAY_KEYS)" -c "VACUUM ANALYZE" || exit 1
+# the same ~100-byte value per key; redis-benchmark's __rand_int__ is 12 digits
+sqlv "SELECT bench_resp('SET', 'idem:bench:' || lpad(i::text, 12, '0'),
+                          bench_result(i, i)::text)
+        FROM generate_series(0, $REPLAY_KEYS - 1) AS i" \
+    | redis --pipe >/dev/null || exit 1
+
+# ---------------------------------------------------------------------------
+# Measurements.  R[name.run] holds one number per row and run.
+declare -A R
+FAILED_ROWS=()
+
+# pgbench_run NAME SCRIPT CLIENTS PGOPTIONS [extra pgbench args...]:
+# run one row once, output in $WORK/NAME.RUN.out
+pgbench_run() {
+    local name=$1 script=$2 clients=$3 opts=$4
+    shift 4
+    PGOPTIONS=$opts "$PG_BINDIR/pgbench" -n -M "$PROTOCOL" -c "$clients" \
+        -j "$((THREADS < clients ? THREADS : clients))" -T "$DURATION" \
+        -D run="r$run-$name" -D n=0 -D replay_keys="$REPLAY_KEYS" -D hot_keys="$HOT_KEYS" \
+        -f "bench/$script" "$@" "$DB" >"$WORK/$name.$run.out" 2>&1
+}
+
+# pgbench_tps NAME SCRIPT CLIENTS [PGOPTIONS]: run, then record its tps
+pgbench_tps() {
+    pgbench_run "$1" "$2" "$3" "${4:-}"
+    pgbench_parse "$1"
+}
+
+# pgbench_parse NAME: R[NAME.run] = the tps of its output
+pgbench_parse() {
+    local name=$1 out=$WORK/$1.$run.out tps
+    tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$out")
+    if [ -z "$tps" ] || grep -q 'aborted in command' "$out"; then
+        say "$name (run $run) failed; pgbench said:"
+        tail -n 5 "$out" | sed 's/^/    /' >&2
+        FAILED_ROWS+=("$name")
+        return 1
+    fi
+    R[$name.$run]=$tps
+    printf '    %-14s %10.0f tps\n' "$name" "$tps" >&2
+}
+
+redis_get_rps() {
+    local out=$WORK/redis_get.$run.out rps
+    redis-benchmark -s "$REDIS_DIR/redis.sock" -c "$CLIENTS" --threads "$THREADS" \
+        -n "$((DURATION * 40000))" -r "$REPLAY_KEYS" --csv \
+        GET 'idem:bench:__rand_int__' >"$out" 2>&1
+    rps=$(tail -n 1 "$out" | cut -d, -f2 | tr -d '"')
+    [[ $rps =~ ^[0-9.]+$ ]] || { say "redis-benchmark failed"; cat "$out" >&2; FAILED_ROWS+=(b2_redis); return 1; }
+    R[b2_redis.$run]=$rps
+    printf '    %-14s %10.0f GET/s\n' b2_redis "$rps" >&2
+}
+
+# restart_cluster PRELOAD?: the same cluster, with or without the library
+# in shared_preload_libraries (the command line wins over the file)
+restart_cluster() {
+    # pg_ctl restart reuses the last -o unless given one: always give it
+    local libs=
+    [ "$1" = yes ] && libs=idempotency
+    as_cluster_user "$PG_BINDIR/pg_ctl" -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" \
+        -m fast -w restart -o "-c shared_preload_libraries=$libs" >/dev/null || return 1
+}
+
+# B3 duplicates: business rows beyond one per key, from the data
+count_duplicates() {
+    sqlv "SELECT count(*) - count(DISTINCT key) FROM bench_order WHERE run = 'r$run-$1'"
+}
+
+# B5: purge PURGE_ROWS expired records while B1 claims run; p99 of the
+# claims from pgbench's per-transaction log, with and without the purge
+p99_of_log() {
+    cat "$WORK"/log_"$1".* 2>/dev/null | awk '{print $3}' | sort -n \
+        | awk '{a[NR] = $1} END {
+            if (NR == 0) exit; i = int(NR * 0.99); if (i < NR * 0.99) i++; print a[i] / 1000 }'
+}
+bench_purge() {
+    local t0 t1 before after
+    sqlv "INSERT INTO idempotent_record (scope, key, status, result, fence,
+                                        created_at, updated_at, expires_at)
+          SELECT 'purge', 'r$run-' || i, 'succeeded', bench_result(i, i), 1,
+                 now() - interval '2 days', now() - interval '2 days', now() - interval '1 day'
+            FROM generate_series(1, $PURGE_ROWS) AS i" >/dev/null || return 1
+    sql -c "VACUUM ANALYZE idempotent_record" || return 1
+    rm -f "$WORK"/log_b5_*
+    pgbench_run b5_quiet b1_ext.pgbench "$CLIENTS" "$SC_OFF" -l --log-prefix="$WORK/log_b5_quiet"
+    pgbench_parse b5_quiet || return 1
+    before=$(sqlv "SELECT count(*) FROM idempotent_record WHERE expires_at <= now()")
+    pgbench_run b5_purge b1_ext.pgbench "$CLIENTS" "$SC_OFF" -l --log-prefix="$WORK/log_b5_purge" &
+    local bench_pid=$!
+    sleep 1
+    t0=$(date +%s.%N)
+    sql -c "CALL idem_purge_all()" || { wait "$bench_pid"; return 1; }
+    t1=$(date +%s.%N)
+    wait "$bench_pid"
+    pgbench_parse b5_purge || return 1
+    after=$(sqlv "SELECT count(*) FROM idempotent_record WHERE expires_at <= now()")
+    R[b5_rows.$run]=$(awk -v n="$((before - after))" -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f", n / (b - a)}')
+    R[b5_p99_quiet.$run]=$(p99_of_log b5_quiet)
+    R[b5_p99_purge.$run]=$(p99_of_log b5_purge)
+    printf '    %-14s %10s rows/s, claims p99 %s ms quiet, %s ms with purge\n' b5 \
+        "${R[b5_rows.$run]}" "${R[b5_p99_quiet.$run]}" "${R[b5_p99_purge.$run]}" >&2
+}
+
+SC_ON="-c synchronous_commit=on"
+SC_OFF="-c synchronous_commit=off"
+say "$RUNS runs of ${DURATION}s per row; $CLIENTS clients ($HOT_CLIENTS for B3), $THREADS threads, -M $PROTOCOL"
+for run in $(seq "$RUNS"); do
+    say "run $run of $RUNS"
+    # counter overhead: B1 right after a restart without and with preloading,
+    # in alternating order from run to run so that neither side always runs
+    # on the bigger table
+    if [ $((run % 2)) -eq 1 ]; then order="no yes"; else order="yes no"; fi
+    for p in $order; do
+        restart_cluster "$p" || exit 1
+        if [ "$p" = yes ]; then name=b1_preload; else name=b1_nopreload; fi
+        pgbench_tps "$name" b1_ext.pgbench "$CLIENTS" "$SC_OFF"
+    done
+    pgbench_tps b1_ext_on b1_ext.pgbench "$CLIENTS" "$SC_ON"
+    pgbench_tps b1_hand_on b1_hand.pgbench "$CLIENTS" "$SC_ON"
+    pgbench_tps b1_ext_off b1_ext.pgbench "$CLIENTS" "$SC_OFF"
+    pgbench_tps b1_hand_off b1_hand.pgbench "$CLIENTS" "$SC_OFF"
+    pgbench_tps b2_ext b2_ext.pgbench "$CLIENTS"
+    pgbench_tps b2_hand b2_hand.pgbench "$CLIENTS"
+    pgbench_tps b2_pk b2_pk.pgbench "$CLIENTS"
+    redis_get_rps
+    pgbench_tps b3_ext b3_ext.pgbench "$HOT_CLIENTS" "$SC_OFF" && R[b3_ext_dup.$run]=$(count_duplicates b3_ext)
+    pgbench_tps b3_hand b3_hand.pgbench "$HOT_CLIENTS" "$SC_OFF" && R[b3_hand_dup.$run]=$(count_duplicates b3_hand)
+    R[b3_ext_eff.$run]=$(sqlv "SELECT count(*) FROM bench_order WHERE run = 'r$run-b3_ext'")
+    if [ "$HAS_LEASE" -gt 0 ]; then
+        pgbench_tps b4_ext b4_ext.pgbench "$CLIENTS" "$SC_OFF"
+    fi
+    if [ "$HAS_PURGE" -gt 0 ]; then
+        bench_purge || FAILED_ROWS+=(b5)
+    fi
+done
+
+# ---------------------------------------------------------------------------
+# B6: bytes per record, in a database of its own
+say "B6: $RECORDS records per table (UUID keys, SHA-256 fingerprints, ~100-byte results)"
+B6DB=idem_bench_size
+createdb "$B6DB" || exit 1
+psql -X -q -v ON_ERROR_STOP=1 -d "$B6DB" -f bench/schema.sql || exit 1
+psql -X -q -v ON_ERROR_STOP=1 -d "$B6DB" <<EOF || exit 1
+-- random key order, as keys arrive; the same rows in both tables
+CREATE TABLE b6_source AS
+SELECT 'acct_' || (i % 1000) AS scope, gen_random_uuid()::text AS key,
+       sha256(convert_to(i::text, 'UTF8')) AS fingerprint,
+       bench_result(i, i % 1000) AS result
+  FROM generate_series(1, $RECORDS) AS i;
+INSERT INTO idempotent_record (scope, key, status, fingerprint, result, fence,
+                               created_at, updated_at, expires_at)
+SELECT scope, key, 'succeeded', fingerprint, result, 1, now(), now(), now() + interval '1 day'
+  FROM b6_source;
+INSERT INTO hand_record (scope, key, status, fingerprint, result,
+                         created_at, updated_at, expires_at)
+SELECT scope, key, 'succeeded', fingerprint, result, now(), now(), now() + interval '1 day'
+  FROM b6_source;
+VACUUM ANALYZE idempotent_record, hand_record;
+EOF
+b6q() { psql -X -At -v ON_ERROR_STOP=1 -d "$B6DB" -c "$1"; }
+B6_EXT=$(b6q "SELECT pg_total_relation_size('idempotent_record')::numeric / $RECORDS")
+B6_HAND=$(b6q "SELECT pg_total_relation_size('hand_record')::numeric / $RECORDS")
+B6_RESULT=$(b6q "SELECT round(avg(octet_length(result::text))) FROM b6_source")
+# where the bytes are: heap (with TOAST, FSM, VM) and each index
+B6_PARTS=$(b6q "SELECT string_agg(format('%s %s', t, parts), '; ')
+                  FROM (SELECT c.relname AS t,
+                               format('heap %s', round(pg_table_size(c.oid)::numeric / $RECORDS))
+                               || coalesce(', ' || string_agg(format('%s %s', i.relname,
+                                      round(pg_relation_size(i.oid)::numeric / $RECORDS)), ', '), '') AS parts
+                          FROM pg_class c
+                          LEFT JOIN pg_index x ON x.indrelid = c.oid
+                          LEFT JOIN pg_class i ON i.oid = x.indexrelid
+                         WHERE c.relname IN ('idempotent_record', 'hand_record')
+                         GROUP BY c.oid, c.relname ORDER BY c.relname DESC) AS s")
+# Redis: the same keys, each with status, fingerprint (hex) and result in
+# one string, with the same 1-day expiry (SET ... EX)
+redis flushall >/dev/null
+B6_R0=$(redis info memory | sed -n 's/^used_memory:\([0-9]*\).*/\1/p')
+b6q "SELECT bench_resp('SET', 'idem:' || scope || ':' || key,
+                      jsonb_build_object('status', 'succeeded',
+                                         'fingerprint', encode(fingerprint, 'hex'),
+                                         'result', result)::text,
+                      'EX', '86400')
+       FROM b6_source" | redis --pipe >/dev/null || exit 1
+B6_R1=$(redis info memory | sed -n 's/^used_memory:\([0-9]*\).*/\1/p')
+B6_REDIS=$(awk -v a="$B6_R0" -v b="$B6_R1" -v n="$RECORDS" 'BEGIN {print (b - a) / n}')
+B6_KEYS=$(redis dbsize)
+[ "$B6_KEYS" -eq "$RECORDS" ] || say "warning: Redis holds $B6_KEYS keys, expected $RECORDS"
+
+# ---------------------------------------------------------------------------
+# The table
+median() {
+    printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {
+        if (NR == 0) print ""; else if (NR % 2) print a[(NR + 1) / 2];
+        else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+# values NAME: the runs' numbers of a row
+values() { local r; for r in $(seq "$RUNS"); do [ -n "${R[$1.$r]:-}" ] && echo "${R[$1.$r]}"; done; }
+med() { median $(values "$1"); }
+# ratio A B: median over runs of A/B (both from the same run)
+ratio() {
+    local r out=()
+    for r in $(seq "$RUNS"); do
+        [ -n "${R[$1.$r]:-}" ] && [ -n "${R[$2.$r]:-}" ] &&
+            out+=("$(awk -v a="${R[$1.$r]}" -v b="${R[$2.$r]}" 'BEGIN {print a / b}')")
+    done
+    median "${out[@]}"
+}
+fmt() { [ -n "$1" ] && printf "%.${2:-0}f" "$1" || printf 'n/a'; }
+# verdict VALUE OP LIMIT
+verdict() {
+    [ -n "$1" ] || { echo "n/a"; return; }
+    awk -v v="$1" -v l="$3" -v op="$2" 'BEGIN {
+        ok = (op == ">=") ? v >= l : (op == "<=") ? v <= l : v < l;
+        print ok ? "met" : "MISSED" }'
+}
+row() { printf '| %-3s | %-44s | %12s | %-26s | %7s | %-10s | %-6s |\n' "$@"; }
+
+OVER=$(awk -v r="$(ratio b1_preload b1_nopreload)" 'BEGIN {if (r != "") printf "%.4f", (1 - r) * 100}')
+DUPS_EXT=$(( $(values b3_ext_dup | paste -sd+ | sed 's/^$/0/') ))
+DUPS_HAND=$(( $(values b3_hand_dup | paste -sd+ | sed 's/^$/0/') ))
+
+{
+echo
+echo "idempotency bench — PostgreSQL $(sqlv 'SHOW server_version' | cut -d' ' -f1), $(nproc) cores," \
+     "$CLIENTS clients ($HOT_CLIENTS for B3), $THREADS pgbench threads, -M $PROTOCOL," \
+     "median of $RUNS runs of ${DURATION}s; ratio = extension / baseline, per run, then median"
+echo
+row row measurement extension baseline ratio target result
+row --- -------------------------------------------- ------------ -------------------------- ------- ---------- ------
+r=$(ratio b1_ext_on b1_hand_on)
+row B1 "new key, synchronous_commit on (tps)" "$(fmt "$(med b1_ext_on)")" "hand-written $(fmt "$(med b1_hand_on)")" "$(fmt "$r" 2)" "" ""
+r=$(ratio b1_ext_off b1_hand_off)
+row B1 "new key, synchronous_commit off (tps)" "$(fmt "$(med b1_ext_off)")" "hand-written $(fmt "$(med b1_hand_off)")" "$(fmt "$r" 2)" ">= 1.10" "$(verdict "$r" '>=' 1.10)"
+r=$(ratio b2_ext b2_hand)
+row B2 "replay of a finished key (tps)" "$(fmt "$(med b2_ext)")" "hand-written $(fmt "$(med b2_hand)")" "$(fmt "$r" 2)" ">= 1.5" "$(verdict "$r" '>=' 1.5)"
+r=$(ratio b2_ext b2_pk)
+row B2 "replay vs bare primary-key SELECT" "" "PK SELECT $(fmt "$(med b2_pk)")" "$(fmt "$r" 2)" ">= 0.85" "$(verdict "$r" '>=' 0.85)"
+r=$(ratio b2_ext b2_redis)
+row B2 "replay vs Redis GET (GET/s)" "" "Redis GET $(fmt "$(med b2_redis)")" "$(fmt "$r" 2)" "" ""
+r=$(ratio b3_ext b3_hand)
+row B3 "hot keys: $HOT_CLIENTS clients, $HOT_KEYS keys (tps)" "$(fmt "$(med b3_ext)")" "hand-written $(fmt "$(med b3_hand)")" "$(fmt "$r" 2)" ">= 1.0" "$(verdict "$r" '>=' 1.0)"
+row B3 "duplicate business effects (all runs)" "$DUPS_EXT" "hand-written $DUPS_HAND" "" "0" "$([ "$DUPS_EXT" -eq 0 ] && echo met || echo MISSED)"
+if [ "$HAS_LEASE" -gt 0 ]; then
+    r=$(ratio b4_ext b1_ext_off)
+    row B4 "leased: claim+commit, finish+commit (tps)" "$(fmt "$(med b4_ext)")" "in-transaction $(fmt "$(med b1_ext_off)")" "$(fmt "$r" 2)" "" ""
+else
+    row B4 "leased flow" "not yet available" "(idem_claim has no lease)" "" "" ""
+fi
+if [ "$HAS_PURGE" -gt 0 ]; then
+    m=$(med b5_rows)
+    row B5 "purge with claims running (rows/s)" "$(fmt "$m")" "" "" ">= 200000" "$(verdict "$m" '>=' 200000)"
+    row B5 "claims p99 latency (ms)" "$(fmt "$(med b5_p99_purge)" 2) purging" "$(fmt "$(med b5_p99_quiet)" 2) without purge" "" "" ""
+else
+    row B5 "purge" "not yet available" "(no idem_purge_all)" "" "" ""
+fi
+r=$(awk -v a="$B6_EXT" -v b="$B6_HAND" 'BEGIN {print a / b}')
+row B6 "bytes per record, heap+indexes+TOAST" "$(fmt "$B6_EXT")" "hand-written $(fmt "$B6_HAND")" "$(fmt "$r" 2)" "<= 1.0" "$(verdict "$r" '<=' 1.0)"
+r=$(awk -v a="$B6_EXT" -v b="$B6_REDIS" 'BEGIN {print a / b}')
+row B6 "bytes per record vs Redis used_memory" "" "Redis $(fmt "$B6_REDIS")" "$(fmt "$r" 2)" "" ""
+row B1 "counter overhead, sync commit off (tps)" "$(fmt "$(med b1_preload)") counting" "$(fmt "$(med b1_nopreload)") not preloaded" "$(fmt "$OVER" 2)%" "< 2%" "$(verdict "$OVER" '<' 2)"
+echo
+echo "B3 effects written by the extension's claimers: $(values b3_ext_eff | paste -sd' ') (per run);" \
+     "B6: $RECORDS records, results of ~$B6_RESULT bytes as text; bytes per record: $B6_PARTS."
+echo "Runs (tps, GET/s, rows/s or ms, in run order):"
+for name in b1_ext_on b1_hand_on b1_ext_off b1_hand_off b2_ext b2_hand b2_pk b2_redis b3_ext b3_hand \
+            b4_ext b5_rows b5_p99_quiet b5_p99_purge b1_preload b1_nopreload; do
+    v=$(values "$name" | awk '{printf ($1 >= 100 ? "%s%.0f" : "%s%.2f"), (NR > 1 ? " " : ""), $1}')
+    [ -n "$v" ] && printf '  %-13s %s\n' "$name" "$v"
+done
+}
+
+if [ ${#FAILED_ROWS[@]} -gt 0 ]; then
+    say "rows that failed to run: ${FAILED_ROWS[*]}"
+    exit 1
+fi

@@ -1,0 +1,90 @@
+-- idempotency_stats: the cluster-wide counters count what the functions
+-- answered (make test preloads the library; without it, see
+-- test/t/003_stats_preload.pl).  Counters are cluster-wide: this suite
+-- relies on nothing else running on the test cluster at the same time.
+\set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'
+\set counters 'SELECT claims, replays, in_progress, waits, fingerprint_mismatches AS mismatches, takeovers, failures FROM idempotency_stats'
+TRUNCATE idempotent_record;
+
+-- the view's shape
+SELECT attname, format_type(atttypid, atttypmod)
+  FROM pg_attribute
+ WHERE attrelid = 'idempotency_stats'::regclass AND attnum > 0
+ ORDER BY attnum;
+
+-- a reset zeroes everything and moves stats_reset to now
+SELECT clock_timestamp() AS before_reset \gset
+SELECT idem_stats_reset();
+SELECT claims + replays + in_progress + waits + fingerprint_mismatches
+       + takeovers + stale_fences + failures + tokens_issued
+       + tokens_consumed + tokens_refused + rows_purged = 0 AS all_zero,
+       stats_reset BETWEEN :'before_reset' AND clock_timestamp() AS reset_now
+  FROM idempotency_stats;
+
+-- a claim and its duplicates
+BEGIN;
+SELECT outcome FROM idem_claim('s-1', fingerprint => '\x01');
+SELECT outcome FROM idem_claim('s-1');	-- own open claim: in_progress
+SELECT idem_finish('s-1', '{"ok": true}');
+COMMIT;
+SELECT outcome FROM idem_claim('s-1');
+SELECT outcome FROM idem_claim('s-1', fingerprint => '\x01');
+:counters;
+
+-- a fingerprint mismatch is counted although the call fails
+SELECT outcome FROM idem_claim('s-1', fingerprint => '\x02');
+:sqlstate
+:counters;
+
+-- failures, final and retryable, each with its claim
+BEGIN;
+SELECT outcome FROM idem_claim('s-2');
+SELECT idem_fail('s-2', '{"error": "declined"}', retryable => false);
+SELECT outcome FROM idem_claim('s-3');
+SELECT idem_fail('s-3', '{"error": "timeout"}');
+COMMIT;
+:counters;
+
+-- counters are not transactional: a rolled-back claim stays counted
+BEGIN;
+SELECT outcome FROM idem_claim('s-4');
+ROLLBACK;
+:counters;
+
+-- a live lease answers in_progress; after it, the next claim takes over
+SELECT outcome, fence FROM idem_claim('s-5', lease => '1 hour');
+SELECT outcome FROM idem_claim('s-5', wait => false);
+UPDATE idempotent_record SET locked_until = clock_timestamp() - interval '1 second'
+ WHERE key = 's-5';
+SELECT outcome, fence FROM idem_claim('s-5', lease => '1 hour');
+:counters;
+
+-- an expired record reclaimed is a claim, not a takeover
+UPDATE idempotent_record SET expires_at = clock_timestamp() - interval '1 second'
+ WHERE key = 's-1';
+BEGIN;
+SELECT outcome, fence FROM idem_claim('s-1');
+SELECT idem_finish('s-1', '{"again": true}');
+COMMIT;
+:counters;
+
+-- errors before a claim is decided count nothing
+SELECT outcome FROM idem_claim('');
+:sqlstate
+SELECT outcome FROM idem_claim(NULL);
+:sqlstate
+:counters;
+
+-- the view is readable by everyone; the reset is not granted to PUBLIC
+CREATE ROLE regress_idem_monitor;
+SET ROLE regress_idem_monitor;
+SELECT claims > 0 AS readable FROM idempotency_stats;
+SELECT idem_stats_reset();
+:sqlstate
+RESET ROLE;
+SELECT has_function_privilege('regress_idem_monitor', 'idem_stats_reset()', 'EXECUTE') AS may_reset;
+DROP ROLE regress_idem_monitor;
+
+SELECT idem_stats_reset();
+:counters;
+TRUNCATE idempotent_record;

@@ -1,0 +1,219 @@
+/*
+ * tokens.c
+ *	  Single-use tokens against double submits: idem_token_issue hands out a
+ *	  random token, idem_token_consume answers true for it exactly once.
+ *
+ * A token is a row of idempotency_token, primary key (scope, token).
+ * Consuming is one UPDATE that sets consumed_at where it is still NULL and
+ * the token has not expired, so concurrent consumers queue on the row lock
+ * and only the first one that commits changes it, as with any UPDATE.
+ * Statements are saved plans with schema-qualified names and operators,
+ * run with the caller's privileges; the clock is read once per call and
+ * passed as a parameter (DESIGN §6).
+ */
+#include "idempotency.h"
+
+#include "catalog/pg_type_d.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+
+/* Random bytes per token: 128 bits, 22 characters of base64url */
+#define TOKEN_RANDOM_BYTES 16
+
+typedef enum TokenPlanId
+{
+	TOKEN_PLAN_INSERT,
+	TOKEN_PLAN_CONSUME,
+	NUM_TOKEN_PLANS
+} TokenPlanId;
+
+#define EQ " OPERATOR(pg_catalog.=) "
+
+static const struct
+{
+	const char *sql;			/* %1$s is the qualified table name */
+	int			nargs;
+	Oid			argtypes[4];
+}			token_plan_defs[NUM_TOKEN_PLANS] = {
+	[TOKEN_PLAN_INSERT] = {
+		"INSERT INTO %1$s (scope, token, created_at, expires_at)"
+		" VALUES ($1, $2, $3, $4) ON CONFLICT (scope, token) DO NOTHING",
+		4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	[TOKEN_PLAN_CONSUME] = {
+		"UPDATE %1$s SET consumed_at = $3"
+		" WHERE scope" EQ "$1 AND token" EQ "$2"
+		" AND consumed_at IS NULL AND expires_at OPERATOR(pg_catalog.>) $3",
+		3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+	},
+};
+
+/* Saved plans, valid for the schema they were prepared in */
+static SPIPlanPtr token_plans[NUM_TOKEN_PLANS];
+static Oid	token_plans_namespace = InvalidOid;
+
+/* Run plan id against the idempotency_token table of fn's schema */
+static uint64
+token_exec(Oid fn, TokenPlanId id, Datum *values, int expected)
+{
+	Oid			namespace = get_func_namespace(fn);
+	int			rc;
+
+	if (token_plans_namespace != namespace)
+	{
+		for (int i = 0; i < NUM_TOKEN_PLANS; i++)
+		{
+			if (token_plans[i])
+				SPI_freeplan(token_plans[i]);
+			token_plans[i] = NULL;
+		}
+		token_plans_namespace = namespace;
+	}
+	if (token_plans[id] == NULL)
+	{
+		char	   *table = quote_qualified_identifier(get_namespace_name(namespace),
+													   "idempotency_token");
+		char	   *sql = psprintf(token_plan_defs[id].sql, table);
+		SPIPlanPtr	plan = SPI_prepare(sql, token_plan_defs[id].nargs,
+									   (Oid *) token_plan_defs[id].argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+				 sql, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		token_plans[id] = plan;
+	}
+	rc = SPI_execute_plan(token_plans[id], values, NULL, false, 0);
+	if (rc != expected)
+		elog(ERROR, "idempotency_token statement %d failed: %s",
+			 (int) id, SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
+/* TOKEN_RANDOM_BYTES from the strong source, base64url without padding */
+static char *
+random_token(void)
+{
+	static const char alphabet[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+	uint8		bytes[TOKEN_RANDOM_BYTES];
+	char	   *token = palloc((TOKEN_RANDOM_BYTES * 4 + 2) / 3 + 1);
+	char	   *p = token;
+	uint32		bits = 0;
+	int			nbits = 0;
+
+	if (!pg_strong_random(bytes, sizeof(bytes)))
+		ereport(ERROR,
+				errcode(ERRCODE_INTERNAL_ERROR),
+				errmsg("could not generate a random token"),
+				errdetail("The operating system's strong random source failed."));
+	for (int i = 0; i < TOKEN_RANDOM_BYTES; i++)
+	{
+		bits = (bits << 8) | bytes[i];
+		nbits += 8;
+		while (nbits >= 6)
+		{
+			nbits -= 6;
+			*p++ = alphabet[(bits >> nbits) & 0x3f];
+		}
+	}
+	if (nbits > 0)
+		*p++ = alphabet[(bits << (6 - nbits)) & 0x3f];
+	*p = '\0';
+	return token;
+}
+
+/*
+ * idem_token_issue(scope text, ttl interval) RETURNS text
+ *	  Store a new single-use token of scope, valid for ttl from the server's
+ *	  clock, and return it: 22 URL-safe characters (base64url of 128 random
+ *	  bits from pg_strong_random).  Errors: 22004 NULL scope or ttl, 22023
+ *	  over-long scope or ttl not positive, 22008 ttl past the timestamp
+ *	  range, 42501 no INSERT privilege on idempotency_token.
+ */
+PG_FUNCTION_INFO_V1(idem_token_issue);
+Datum
+idem_token_issue(PG_FUNCTION_ARGS)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	MemoryContext caller = CurrentMemoryContext;
+	char	   *scope;
+	char	   *token;
+	Datum		values[4];
+	int			len;
+
+	require_arg(fcinfo, 0, "scope", "idem_token_issue");
+	require_arg(fcinfo, 1, "ttl", "idem_token_issue");
+	scope = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	len = pg_mbstrlen(scope);
+	if (len > idem_max_key_length)
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("idempotency scope is too long"),
+				errdetail("The scope has %d characters; the limit is %d.",
+						  len, idem_max_key_length),
+				errhint("Use a shorter scope, or raise idempotency.max_key_length."));
+
+	values[0] = PointerGetDatum(PG_GETARG_TEXT_PP(0));
+	values[2] = TimestampTzGetDatum(now);
+	values[3] = TimestampTzGetDatum(interval_end(fcinfo, 1, "ttl", now));
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	for (;;)
+	{
+		MemoryContext spi = MemoryContextSwitchTo(caller);
+
+		token = random_token();
+		MemoryContextSwitchTo(spi);
+		values[1] = CStringGetTextDatum(token);
+		/* a collision of 128 random bits does not happen; if it did, redraw */
+		if (token_exec(fcinfo->flinfo->fn_oid, TOKEN_PLAN_INSERT, values,
+					   SPI_OK_INSERT) == 1)
+			break;
+		CHECK_FOR_INTERRUPTS();
+	}
+	SPI_finish();
+	idem_count(IDEM_COUNT_TOKENS_ISSUED);
+
+	PG_RETURN_TEXT_P(cstring_to_text(token));
+}
+
+/*
+ * idem_token_consume(token text, scope text) RETURNS boolean
+ *	  Consume a token in the caller's transaction: true the first time for a
+ *	  token issued in scope and not expired; false for an unknown, already
+ *	  consumed, expired or other-scope token.  A concurrent consumer waits
+ *	  for the first one's transaction and gets false if it commits.  Errors:
+ *	  22004 NULL token or scope, 40001 under REPEATABLE READ/SERIALIZABLE
+ *	  when another transaction consumed it after the snapshot, 42501 no
+ *	  UPDATE privilege on idempotency_token.
+ */
+PG_FUNCTION_INFO_V1(idem_token_consume);
+Datum
+idem_token_consume(PG_FUNCTION_ARGS)
+{
+	Datum		values[3];
+	bool		consumed;
+
+	require_arg(fcinfo, 0, "token", "idem_token_consume");
+	require_arg(fcinfo, 1, "scope", "idem_token_consume");
+	values[0] = PointerGetDatum(PG_GETARG_TEXT_PP(1));
+	values[1] = PointerGetDatum(PG_GETARG_TEXT_PP(0));
+	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	consumed = token_exec(fcinfo->flinfo->fn_oid, TOKEN_PLAN_CONSUME, values,
+						  SPI_OK_UPDATE) == 1;
+	SPI_finish();
+	idem_count(consumed ? IDEM_COUNT_TOKENS_CONSUMED : IDEM_COUNT_TOKENS_REFUSED);
+
+	PG_RETURN_BOOL(consumed);
+}

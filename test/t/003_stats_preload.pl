@@ -1,0 +1,60 @@
+# idempotency_stats needs shared memory: without shared_preload_libraries
+# the view and the reset raise 55000 with a hint, and the functions work
+# without counting; with it, the counters count across sessions and start
+# from zero after a restart.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('stats_preload');
+$node->init;
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION idempotency');
+
+my $claim = q{
+BEGIN;
+SELECT outcome FROM idem_claim('k-' || pg_backend_pid() || '-' || clock_timestamp());
+SELECT idem_finish(key, '{}') FROM idempotent_record WHERE status = 'in_progress';
+COMMIT;
+};
+
+# 1. not preloaded
+foreach my $sql ('SELECT * FROM idempotency_stats', 'SELECT idem_stats_reset()')
+{
+	my ($rc, $out, $err) = $node->psql('postgres',
+		"\\set VERBOSITY verbose\n$sql");
+	isnt($rc, 0, "$sql fails without shared_preload_libraries");
+	like($err, qr/ERROR:  55000: idempotency counters are not available/,
+		'... with 55000 object_not_in_prerequisite_state');
+	like($err, qr/HINT:  Add idempotency to shared_preload_libraries/,
+		'... and a hint to preload the library');
+}
+like($node->safe_psql('postgres', $claim), qr/^claimed$/m,
+	'without preloading, claims work (counting is a no-op)');
+
+# 2. preloaded
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'idempotency'");
+$node->restart;
+is( $node->safe_psql('postgres',
+		'SELECT claims, replays, stats_reset <= now() FROM idempotency_stats'),
+	'0|0|t', 'preloaded: the counters start at zero');
+$node->safe_psql('postgres', $claim) for 1 .. 3;
+# four keys now: the one claimed before preloading and these three
+$node->safe_psql('postgres', q{SELECT idem_claim(key) FROM idempotent_record});
+is($node->safe_psql('postgres', 'SELECT claims, replays FROM idempotency_stats'),
+	'3|4', 'claims and replays of separate sessions add up');
+
+$node->safe_psql('postgres', 'CREATE DATABASE other');
+$node->safe_psql('other', 'CREATE EXTENSION idempotency');
+$node->safe_psql('other', $claim);
+is($node->safe_psql('postgres', 'SELECT claims FROM idempotency_stats'),
+	'4', 'the counters are cluster-wide: a claim in another database counts');
+
+$node->restart;
+is($node->safe_psql('postgres', 'SELECT claims FROM idempotency_stats'),
+	'0', 'a restart starts the counters from zero');
+
+$node->stop;
+done_testing();
