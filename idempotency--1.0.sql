@@ -165,6 +165,17 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.idem_fingerprint(jsonb) IS
 'canonical SHA-256 (32 bytes) of a request body: object key order, white space, duplicate keys (last wins, as in jsonb) and numeric spelling (1, 1.0, 1e0) do not change it; types, array order and string content do. Errors: 22004 NULL body';
 
+CREATE FUNCTION @extschema@.idem_once(
+    key   text,
+    scope text     DEFAULT '',
+    ttl   interval DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_once'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_once(text, text, interval) IS
+'message-consumer deduplication in the caller''s transaction: true the first time (scope, key) is seen, false while its record exists (claim time + ttl interval, NULL = idempotency.default_ttl); the mark commits or rolls back with the message''s effects, and a concurrent duplicate waits for it like a claim (false after its commit, true after its rollback). Errors: 22004 NULL key or scope, 22023 empty or over-long key or scope, non-positive ttl, 40001 under REPEATABLE READ/SERIALIZABLE as for idem_claim';
+
 -------------------------------------------------------------------------------
 -- Reconciliation and retention
 -------------------------------------------------------------------------------
@@ -187,7 +198,7 @@ AS 'MODULE_PATHNAME', 'idem_purge'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_purge(integer) IS
-'delete one batch of at most batch_size expired records (expires_at passed; never one under a live lease, awaiting reconciliation, or being written by a claim: SKIP LOCKED); returns how many were deleted (bigint). Errors: 22004 NULL batch_size, 22023 batch_size < 1. Revoked from PUBLIC';
+'delete one batch of at most batch_size expired rows: records (expires_at passed; never one under a live lease, awaiting reconciliation, or being written by a claim: SKIP LOCKED), then single-use tokens past their expires_at; returns how many were deleted (bigint). Errors: 22004 NULL batch_size, 22023 batch_size < 1. Revoked from PUBLIC';
 
 CREATE PROCEDURE @extschema@.idem_purge_all(batch_size integer DEFAULT 10000)
 LANGUAGE plpgsql
@@ -325,9 +336,9 @@ CREATE VIEW @extschema@.idempotency_stats AS
 COMMENT ON VIEW @extschema@.idempotency_stats IS
 'cluster-wide counters (all databases) since stats_reset, kept in shared memory; needs idempotency in shared_preload_libraries (else 55000). One row of bigint counts: claims, replays, in_progress (idem_claim answers), waits (claim writes that waited for another transaction''s write of the same key), fingerprint_mismatches (IK001), takeovers, stale_fences (IK003), failures (idem_fail calls), tokens_issued, tokens_consumed, tokens_refused, rows_purged; not transactional';
 COMMENT ON COLUMN @extschema@.idempotency_stats.claims IS
-'idem_claim calls answered claimed (new keys, expired records reclaimed, takeovers)';
+'idem_claim calls answered claimed (new keys, expired records reclaimed, takeovers), and idem_once calls that returned true';
 COMMENT ON COLUMN @extschema@.idempotency_stats.replays IS
-'idem_claim calls answered replay';
+'idem_claim calls answered replay, and idem_once calls that returned false';
 COMMENT ON COLUMN @extschema@.idempotency_stats.in_progress IS
 'idem_claim calls answered in_progress';
 COMMENT ON COLUMN @extschema@.idempotency_stats.waits IS

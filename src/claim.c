@@ -47,8 +47,9 @@ check_fingerprint(const IdemKey *id, bytea *stored, bytea *given)
  * locked_until = now + lease.
  */
 static void
-claim_times(FunctionCallInfo fcinfo, IdemClaimTimes *t)
+claim_times(FunctionCallInfo fcinfo, IdemClaimSpec *t)
 {
+	t->status = IDEM_IN_PROGRESS;
 	t->now = GetCurrentTimestamp();
 	if (PG_ARGISNULL(CLAIM_TTL))
 		t->expires_at = TimestampTzPlusMilliseconds(t->now,
@@ -96,7 +97,7 @@ answer_from_record(ClaimAnswer *a, ClaimOutcome outcome, const IdemRecord *rec)
 
 /* A new claim: register it with the commit guard unless it is leased */
 static bool
-answer_claimed(ClaimAnswer *a, const IdemKey *id, const IdemClaimTimes *t,
+answer_claimed(ClaimAnswer *a, const IdemKey *id, const IdemClaimSpec *t,
 			   int64 fence, char *recovery_point)
 {
 	a->outcome = OUTCOME_CLAIMED;
@@ -161,7 +162,7 @@ static bool
 claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 			  bool wait, ClaimAnswer *a)
 {
-	IdemClaimTimes t;
+	IdemClaimSpec t;
 	IdemRecord	rec;
 	HeldClaim  *mine;
 	int64		new_fence;
@@ -248,7 +249,7 @@ idem_claim(PG_FUNCTION_ARGS)
 		PG_GETARG_BYTEA_PP(CLAIM_FINGERPRINT);
 	bool		wait;
 	ClaimAnswer a;
-	IdemClaimTimes t;
+	IdemClaimSpec t;
 	TupleDesc	desc;
 	Datum		values[6];
 	bool		nulls[6] = {false};

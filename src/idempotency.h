@@ -12,6 +12,7 @@
 #include "access/htup.h"
 #include "fmgr.h"
 #include "datatype/timestamp.h"
+#include "executor/spi.h"
 #include "utils/jsonb.h"
 
 /* SQLSTATEs of the contract (README "Errors"; HTTP mapping in brackets) */
@@ -57,14 +58,38 @@ typedef struct IdemRecord
 	TimestampTz expires_at;
 } IdemRecord;
 
-/* The times a claim writes, all from one reading of the server clock */
-typedef struct IdemClaimTimes
+/*
+ * saved_plans.c: a set of prepared statements on one table of the
+ * extension's schema (%1$s in the text is the table, %2$s the schema).
+ */
+typedef struct SavedPlanDef
 {
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[8];
+} SavedPlanDef;
+
+typedef struct SavedPlans
+{
+	const char *table;
+	const SavedPlanDef *defs;
+	int			nplans;
+	SPIPlanPtr *plans;			/* [nplans], NULL until prepared */
+	Oid			namespace;		/* schema the plans were prepared for */
+} SavedPlans;
+
+extern uint64 saved_plan_exec(SavedPlans *set, int id, Oid namespace,
+							  Datum *values, const char *nulls, int expected);
+
+/* What a claim writes; the times from one reading of the server clock */
+typedef struct IdemClaimSpec
+{
+	IdemStatus	status;			/* in_progress; succeeded for idem_once */
 	TimestampTz now;
 	TimestampTz expires_at;		/* now + ttl */
 	bool		leased;
 	TimestampTz locked_until;	/* now + lease, when leased */
-} IdemClaimTimes;
+} IdemClaimSpec;
 
 /*
  * record_store.c: every read and write of idempotent_record goes through
@@ -77,12 +102,12 @@ extern void store_begin(Oid extension_function, bool nowait);
 extern void store_end(void);
 extern bool store_read(const IdemKey *id, IdemRecord *rec);
 extern bool store_insert(const IdemKey *id, bytea *fingerprint,
-						 const IdemClaimTimes *t);
+						 const IdemClaimSpec *t);
 extern bool store_reclaim_expired(const IdemKey *id, int64 seen_fence,
-								  bytea *fingerprint, const IdemClaimTimes *t,
+								  bytea *fingerprint, const IdemClaimSpec *t,
 								  int64 *new_fence);
 extern bool store_take_over(const IdemKey *id, int64 seen_fence,
-							bytea *fingerprint, const IdemClaimTimes *t,
+							bytea *fingerprint, const IdemClaimSpec *t,
 							int64 *new_fence);
 extern bool store_set_outcome(const IdemKey *id, int64 fence,
 							  IdemStatus status, Jsonb *result,
@@ -93,6 +118,9 @@ extern bool store_checkpoint(const IdemKey *id, int64 fence,
 extern bool store_extend_lease(const IdemKey *id, int64 fence,
 							   TimestampTz locked_until, TimestampTz now);
 extern int64 store_purge(TimestampTz now, int32 batch_size);
+
+/* tokens.c: expired single-use tokens, for idem_purge */
+extern int64 tokens_purge(Oid fn, TimestampTz now, int32 batch_size);
 extern bool store_write_would_wait(void);
 extern bool store_probe_uncommitted(const IdemKey *id, bytea **fingerprint,
 									bool *fingerprint_visible);
@@ -146,8 +174,9 @@ extern void claims_mark_finished(HeldClaim *claim);
  */
 typedef enum IdemCounter
 {
-	IDEM_COUNT_CLAIMS,			/* idem_claim answered claimed */
-	IDEM_COUNT_REPLAYS,			/* ... replay */
+	IDEM_COUNT_CLAIMS,			/* idem_claim answered claimed, idem_once
+								 * true */
+	IDEM_COUNT_REPLAYS,			/* ... replay, idem_once false */
 	IDEM_COUNT_IN_PROGRESS,		/* ... in_progress */
 	IDEM_COUNT_WAITS,			/* a claim's write waited for another
 								 * transaction's write of the same key */

@@ -18,6 +18,14 @@
 /* Argument numbers shared by these functions: key first, then ... */
 #define ARG_KEY 0
 
+/* errcode() of IK003, counted in idempotency_stats when it is raised */
+static int
+errcode_stale_fence(void)
+{
+	idem_count(IDEM_COUNT_STALE_FENCES);
+	return errcode(ERRCODE_IDEM_STALE_FENCE);
+}
+
 /*
  * A fenced write changed nothing: read the record and say why.  IK003 when
  * the record carries another fence (taken over), IK002 otherwise.
@@ -37,7 +45,7 @@ explain_refusal(const IdemKey *id, int64 fence, const char *fn)
 				errhint("Call %s only after idem_claim answered \"claimed\".", fn));
 	if (rec.fence != fence)
 		ereport(ERROR,
-				errcode(ERRCODE_IDEM_STALE_FENCE),
+				errcode_stale_fence(),
 				rec.fence > fence ?
 				errmsg("stale fence: the claim was taken over") :
 				errmsg("fence does not match the claim"),
@@ -86,7 +94,7 @@ required_fence(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 					errhint("An outcome is recorded once; duplicates replay it."));
 		if (!PG_ARGISNULL(fence_arg) && PG_GETARG_INT64(fence_arg) != claim->fence)
 			ereport(ERROR,
-					errcode(ERRCODE_IDEM_STALE_FENCE),
+					errcode_stale_fence(),
 					errmsg("fence does not match the claim held by this transaction"),
 					errdetail("This transaction holds key \"%s\" in scope \"%s\" with fence " INT64_FORMAT "; this call has fence " INT64_FORMAT ".",
 							  id->key, id->scope, claim->fence, PG_GETARG_INT64(fence_arg)),
@@ -101,7 +109,7 @@ required_fence(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 	if (store_read(id, &rec) && !record_expired(&rec, GetCurrentTimestamp()) &&
 		(rec.status == IDEM_UNKNOWN || (rec.status == IDEM_IN_PROGRESS && rec.has_lease)))
 		ereport(ERROR,
-				errcode(ERRCODE_IDEM_STALE_FENCE),
+				errcode_stale_fence(),
 				errmsg("a fence is required to write to a leased claim"),
 				errdetail("Key \"%s\" in scope \"%s\" is %s with fence " INT64_FORMAT ".",
 						  id->key, id->scope, idem_status_names[rec.status], rec.fence),

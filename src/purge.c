@@ -1,8 +1,9 @@
 /*
  * purge.c
- *	  idem_purge: delete one batch of expired records.  Small batches and
- *	  SKIP LOCKED keep it from holding long locks or waiting for claims;
- *	  idem_purge_all (SQL) commits batch after batch.
+ *	  idem_purge: delete one batch of expired records, then of expired
+ *	  single-use tokens.  Small batches and SKIP LOCKED keep it from holding
+ *	  long locks or waiting for claims; idem_purge_all (SQL) commits batch
+ *	  after batch.
  */
 #include "idempotency.h"
 
@@ -11,9 +12,9 @@
 
 /*
  * idem_purge(batch_size integer) RETURNS bigint
- *	  Delete up to batch_size records expired at the server's clock (never
- *	  one under a live lease or awaiting reconciliation, never one a claim
- *	  is writing); returns how many went.  Errors: 22004 NULL, 22023
+ *	  Delete up to batch_size rows expired at the server's clock: records
+ *	  first (never one under a live lease or awaiting reconciliation, never
+ *	  one a claim is writing), then tokens; returns how many went.  Errors: 22004 NULL, 22023
  *	  batch_size < 1.
  */
 PG_FUNCTION_INFO_V1(idem_purge);
@@ -22,6 +23,7 @@ idem_purge(PG_FUNCTION_ARGS)
 {
 	int32		batch_size;
 	int64		purged;
+	TimestampTz now;
 
 	require_arg(fcinfo, 0, "batch_size", "idem_purge");
 	batch_size = PG_GETARG_INT32(0);
@@ -31,8 +33,12 @@ idem_purge(PG_FUNCTION_ARGS)
 				errmsg("batch_size must be at least 1"),
 				errdetail("The batch_size given is %d.", batch_size));
 
+	now = GetCurrentTimestamp();
 	store_begin(fcinfo->flinfo->fn_oid, false);
-	purged = store_purge(GetCurrentTimestamp(), batch_size);
+	purged = store_purge(now, batch_size);
+	if (purged < batch_size)
+		purged += tokens_purge(fcinfo->flinfo->fn_oid, now, batch_size - purged);
 	store_end();
+	idem_count_n(IDEM_COUNT_ROWS_PURGED, purged);
 	PG_RETURN_INT64(purged);
 }

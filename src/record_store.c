@@ -49,13 +49,6 @@ typedef enum StorePlanId
 	NUM_PLANS
 } StorePlanId;
 
-typedef struct StorePlanDef
-{
-	const char *sql;			/* %1$s: qualified table, %2$s: schema */
-	int			nargs;
-	Oid			argtypes[7];
-} StorePlanDef;
-
 #define EQ " OPERATOR(pg_catalog.=) "
 #define LE " OPERATOR(pg_catalog.<=) "
 #define STATUS(s) "'" s "'::%2$s.idem_status"
@@ -72,7 +65,8 @@ typedef struct StorePlanDef
 	" (expires_at" LE now " AND status OPERATOR(pg_catalog.<>) " STATUS("unknown") \
 	" AND (locked_until IS NULL OR locked_until" LE now "))"
 
-static const StorePlanDef plan_defs[NUM_PLANS] = {
+/* %1$s is the qualified table, %2$s the schema */
+static const SavedPlanDef plan_defs[NUM_PLANS] = {
 	[PLAN_READ] = {
 		"SELECT status::pg_catalog.text, fingerprint, result, recovery_point,"
 		" fence, locked_until, expires_at FROM %1$s" WHERE_ID,
@@ -81,21 +75,25 @@ static const StorePlanDef plan_defs[NUM_PLANS] = {
 	[PLAN_INSERT] = {
 		"INSERT INTO %1$s (scope, key, status, fingerprint, fence, locked_until,"
 		" created_at, updated_at, expires_at)"
-		" VALUES ($1, $2, " STATUS("in_progress") ", $3, 1, $6, $4, $4, $5)"
+		" VALUES ($1, $2, $7::pg_catalog.text::%2$s.idem_status, $3, 1, $6, $4, $4, $5)"
 		" ON CONFLICT (scope, key) DO NOTHING",
-		6, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+		7, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID}
 	},
 	/* an expired record is a new record: everything but the key is reset */
 	[PLAN_RECLAIM_EXPIRED] = {
-		"UPDATE %1$s SET status = " STATUS("in_progress") ", fingerprint = $3,"
-		" result = NULL, recovery_point = NULL,"
+		"UPDATE %1$s SET status = $8::pg_catalog.text::%2$s.idem_status,"
+		" fingerprint = $3, result = NULL, recovery_point = NULL,"
 		" fence = fence OPERATOR(pg_catalog.+) 1, locked_until = $7,"
 		" created_at = $4, updated_at = $4, expires_at = $5" WHERE_ID
 		" AND fence" EQ "$6 AND" EXPIRED("$4")
 		" RETURNING fence",
-		7, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID}
+		8, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, TEXTOID}
 	},
-	/* an abandoned claim keeps its fingerprint and recovery point */
+	/*
+	 * An abandoned claim keeps its fingerprint and recovery point, and its
+	 * status ($8, the new status, is unused: the parameters are those of
+	 * PLAN_RECLAIM_EXPIRED, see store_reclaim).
+	 */
 	[PLAN_TAKE_OVER] = {
 		"UPDATE %1$s SET fingerprint = COALESCE(fingerprint, $3),"
 		" fence = fence OPERATOR(pg_catalog.+) 1, locked_until = $7,"
@@ -103,7 +101,7 @@ static const StorePlanDef plan_defs[NUM_PLANS] = {
 		" AND fence" EQ "$6 AND status" EQ STATUS("in_progress")
 		" AND (locked_until IS NULL OR locked_until" LE "$4)"
 		" RETURNING fence",
-		7, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID}
+		8, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, TEXTOID}
 	},
 	[PLAN_SET_OUTCOME] = {
 		"UPDATE %1$s SET status = $4::pg_catalog.text::%2$s.idem_status,"
@@ -142,9 +140,8 @@ static const StorePlanDef plan_defs[NUM_PLANS] = {
 	},
 };
 
-/* Saved plans, valid for the schema they were prepared in */
 static SPIPlanPtr plans[NUM_PLANS];
-static Oid	plans_namespace = InvalidOid;
+static SavedPlans store_plans = {"idempotent_record", plan_defs, NUM_PLANS, plans, InvalidOid};
 
 /* State of the current store_begin .. store_end bracket */
 static Oid	store_namespace = InvalidOid;
@@ -152,47 +149,11 @@ static MemoryContext caller_context = NULL;
 static bool store_nowait = false;	/* claim writes must not wait */
 static bool write_would_wait = false;	/* ... and the last one would have */
 
-static SPIPlanPtr
-store_plan(StorePlanId id)
-{
-	if (plans_namespace != store_namespace)
-	{
-		for (int i = 0; i < NUM_PLANS; i++)
-		{
-			if (plans[i])
-				SPI_freeplan(plans[i]);
-			plans[i] = NULL;
-		}
-		plans_namespace = store_namespace;
-	}
-	if (plans[id] == NULL)
-	{
-		const char *nsp = quote_identifier(get_namespace_name(store_namespace));
-		char	   *table = psprintf("%s.idempotent_record", nsp);
-		char	   *sql = psprintf(plan_defs[id].sql, table, nsp);
-		SPIPlanPtr	plan;
-
-		plan = SPI_prepare(sql, plan_defs[id].nargs,
-						   (Oid *) plan_defs[id].argtypes);
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
-				 sql, SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		plans[id] = plan;
-	}
-	return plans[id];
-}
-
 static int
 store_exec(StorePlanId id, Datum *values, const char *nulls, int expected)
 {
-	int			rc = SPI_execute_plan(store_plan(id), values, nulls, false, 0);
-
-	if (rc != expected)
-		elog(ERROR, "idempotent_record statement %d failed: %s",
-			 (int) id, SPI_result_code_string(rc));
-	return (int) SPI_processed;
+	return (int) saved_plan_exec(&store_plans, id, store_namespace, values,
+								 nulls, expected);
 }
 
 /*
@@ -349,10 +310,10 @@ store_read(const IdemKey *id, IdemRecord *rec)
  * a REPEATABLE READ or SERIALIZABLE snapshot).
  */
 bool
-store_insert(const IdemKey *id, bytea *fingerprint, const IdemClaimTimes *t)
+store_insert(const IdemKey *id, bytea *fingerprint, const IdemClaimSpec *t)
 {
-	Datum		values[6];
-	char		nulls[6] = "      ";
+	Datum		values[7];
+	char		nulls[7] = "       ";
 
 	id_values(id, values);
 	values[2] = PointerGetDatum(fingerprint);
@@ -363,16 +324,17 @@ store_insert(const IdemKey *id, bytea *fingerprint, const IdemClaimTimes *t)
 	values[5] = TimestampTzGetDatum(t->locked_until);
 	if (!t->leased)
 		nulls[5] = 'n';
+	values[6] = CStringGetTextDatum(idem_status_names[t->status]);
 	return store_exec_claim_write(PLAN_INSERT, values, nulls, SPI_OK_INSERT) == 1;
 }
 
 /* Shared by the two compare-and-set claims of an existing row */
 static bool
 store_reclaim(StorePlanId plan, const IdemKey *id, int64 seen_fence,
-			  bytea *fingerprint, const IdemClaimTimes *t, int64 *new_fence)
+			  bytea *fingerprint, const IdemClaimSpec *t, int64 *new_fence)
 {
-	Datum		values[7];
-	char		nulls[7] = "       ";
+	Datum		values[8];
+	char		nulls[8] = "        ";
 	bool		isnull;
 
 	id_values(id, values);
@@ -385,6 +347,7 @@ store_reclaim(StorePlanId plan, const IdemKey *id, int64 seen_fence,
 	values[6] = TimestampTzGetDatum(t->locked_until);
 	if (!t->leased)
 		nulls[6] = 'n';
+	values[7] = CStringGetTextDatum(idem_status_names[t->status]);
 	if (store_exec_claim_write(plan, values, nulls, SPI_OK_UPDATE_RETURNING) == 0)
 		return false;
 	*new_fence = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
@@ -399,7 +362,7 @@ store_reclaim(StorePlanId plan, const IdemKey *id, int64 seen_fence,
  */
 bool
 store_reclaim_expired(const IdemKey *id, int64 seen_fence, bytea *fingerprint,
-					  const IdemClaimTimes *t, int64 *new_fence)
+					  const IdemClaimSpec *t, int64 *new_fence)
 {
 	return store_reclaim(PLAN_RECLAIM_EXPIRED, id, seen_fence, fingerprint,
 						 t, new_fence);
@@ -411,7 +374,7 @@ store_reclaim_expired(const IdemKey *id, int64 seen_fence, bytea *fingerprint,
  */
 bool
 store_take_over(const IdemKey *id, int64 seen_fence, bytea *fingerprint,
-				const IdemClaimTimes *t, int64 *new_fence)
+				const IdemClaimSpec *t, int64 *new_fence)
 {
 	return store_reclaim(PLAN_TAKE_OVER, id, seen_fence, fingerprint,
 						 t, new_fence);

@@ -88,7 +88,7 @@ stats_init(void)
 void
 idem_count_n(IdemCounter c, uint64 n)
 {
-	Assert(c >= 0 && c < IDEM_NUM_COUNTERS);
+	Assert((int) c >= 0 && c < IDEM_NUM_COUNTERS);
 	if (idem_shared_stats != NULL && n > 0)
 		pg_atomic_fetch_add_u64(&idem_shared_stats->counters[c], n);
 }

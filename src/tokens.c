@@ -14,6 +14,7 @@
 #include "idempotency.h"
 
 #include "catalog/pg_type_d.h"
+#include "common/base64.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
@@ -29,17 +30,14 @@ typedef enum TokenPlanId
 {
 	TOKEN_PLAN_INSERT,
 	TOKEN_PLAN_CONSUME,
+	TOKEN_PLAN_PURGE,
 	NUM_TOKEN_PLANS
 } TokenPlanId;
 
 #define EQ " OPERATOR(pg_catalog.=) "
 
-static const struct
-{
-	const char *sql;			/* %1$s is the qualified table name */
-	int			nargs;
-	Oid			argtypes[4];
-}			token_plan_defs[NUM_TOKEN_PLANS] = {
+/* %1$s is the qualified table name */
+static const SavedPlanDef token_plan_defs[NUM_TOKEN_PLANS] = {
 	[TOKEN_PLAN_INSERT] = {
 		"INSERT INTO %1$s (scope, token, created_at, expires_at)"
 		" VALUES ($1, $2, $3, $4) ON CONFLICT (scope, token) DO NOTHING",
@@ -51,81 +49,52 @@ static const struct
 		" AND consumed_at IS NULL AND expires_at OPERATOR(pg_catalog.>) $3",
 		3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 	},
+	/* expired tokens, consumed or not; SKIP LOCKED as for records */
+	[TOKEN_PLAN_PURGE] = {
+		"DELETE FROM %1$s WHERE ctid" EQ "ANY (ARRAY("
+		"SELECT ctid FROM %1$s WHERE expires_at OPERATOR(pg_catalog.<=) $1"
+		" LIMIT $2 FOR UPDATE SKIP LOCKED))",
+		2, {TIMESTAMPTZOID, INT4OID}
+	},
 };
 
-/* Saved plans, valid for the schema they were prepared in */
-static SPIPlanPtr token_plans[NUM_TOKEN_PLANS];
-static Oid	token_plans_namespace = InvalidOid;
+static SPIPlanPtr token_plan_cache[NUM_TOKEN_PLANS];
+static SavedPlans token_plans = {"idempotency_token", token_plan_defs,
+	NUM_TOKEN_PLANS, token_plan_cache, InvalidOid};
 
 /* Run plan id against the idempotency_token table of fn's schema */
 static uint64
 token_exec(Oid fn, TokenPlanId id, Datum *values, int expected)
 {
-	Oid			namespace = get_func_namespace(fn);
-	int			rc;
-
-	if (token_plans_namespace != namespace)
-	{
-		for (int i = 0; i < NUM_TOKEN_PLANS; i++)
-		{
-			if (token_plans[i])
-				SPI_freeplan(token_plans[i]);
-			token_plans[i] = NULL;
-		}
-		token_plans_namespace = namespace;
-	}
-	if (token_plans[id] == NULL)
-	{
-		char	   *table = quote_qualified_identifier(get_namespace_name(namespace),
-													   "idempotency_token");
-		char	   *sql = psprintf(token_plan_defs[id].sql, table);
-		SPIPlanPtr	plan = SPI_prepare(sql, token_plan_defs[id].nargs,
-									   (Oid *) token_plan_defs[id].argtypes);
-
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
-				 sql, SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		token_plans[id] = plan;
-	}
-	rc = SPI_execute_plan(token_plans[id], values, NULL, false, 0);
-	if (rc != expected)
-		elog(ERROR, "idempotency_token statement %d failed: %s",
-			 (int) id, SPI_result_code_string(rc));
-	return SPI_processed;
+	return saved_plan_exec(&token_plans, id, get_func_namespace(fn), values,
+						   NULL, expected);
 }
 
-/* TOKEN_RANDOM_BYTES from the strong source, base64url without padding */
+/*
+ * TOKEN_RANDOM_BYTES from the strong source, in PostgreSQL's base64 made
+ * URL-safe (RFC 4648 §5: - and _ for + and /, no = padding).
+ */
 static char *
 random_token(void)
 {
-	static const char alphabet[] =
-		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 	uint8		bytes[TOKEN_RANDOM_BYTES];
-	char	   *token = palloc((TOKEN_RANDOM_BYTES * 4 + 2) / 3 + 1);
-	char	   *p = token;
-	uint32		bits = 0;
-	int			nbits = 0;
+	int			size = pg_b64_enc_len(TOKEN_RANDOM_BYTES) + 1;
+	char	   *token = palloc(size);
+	int			len;
 
 	if (!pg_strong_random(bytes, sizeof(bytes)))
 		ereport(ERROR,
 				errcode(ERRCODE_INTERNAL_ERROR),
 				errmsg("could not generate a random token"),
 				errdetail("The operating system's strong random source failed."));
-	for (int i = 0; i < TOKEN_RANDOM_BYTES; i++)
-	{
-		bits = (bits << 8) | bytes[i];
-		nbits += 8;
-		while (nbits >= 6)
-		{
-			nbits -= 6;
-			*p++ = alphabet[(bits >> nbits) & 0x3f];
-		}
-	}
-	if (nbits > 0)
-		*p++ = alphabet[(bits << (6 - nbits)) & 0x3f];
-	*p = '\0';
+	len = pg_b64_encode((const char *) bytes, TOKEN_RANDOM_BYTES, token, size);
+	if (len < 0)
+		elog(ERROR, "could not encode a random token");
+	while (len > 0 && token[len - 1] == '=')
+		len--;
+	token[len] = '\0';
+	for (char *p = token; *p; p++)
+		*p = *p == '+' ? '-' : *p == '/' ? '_' : *p;
 	return token;
 }
 
@@ -216,4 +185,18 @@ idem_token_consume(PG_FUNCTION_ARGS)
 	idem_count(consumed ? IDEM_COUNT_TOKENS_CONSUMED : IDEM_COUNT_TOKENS_REFUSED);
 
 	PG_RETURN_BOOL(consumed);
+}
+
+/*
+ * Delete up to batch_size tokens expired at now, for idem_purge (inside
+ * its SPI connection); returns how many.
+ */
+int64
+tokens_purge(Oid fn, TimestampTz now, int32 batch_size)
+{
+	Datum		values[2];
+
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(batch_size);
+	return (int64) token_exec(fn, TOKEN_PLAN_PURGE, values, SPI_OK_DELETE);
 }

@@ -1,0 +1,67 @@
+/*
+ * once.c
+ *	  idem_once: message-consumer deduplication.  True the first time a
+ *	  (scope, key) is seen, false after, inside the caller's transaction: the
+ *	  mark and the message's effects commit or roll back together.
+ *
+ * The mark is a record of idempotent_record with status succeeded, written
+ * by the same compare-and-set claim writes as idem_claim, so a concurrent
+ * duplicate waits on the primary key and then answers false (first one
+ * committed) or true (first one rolled back).
+ */
+#include "idempotency.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/timestamp.h"
+
+/*
+ * One attempt; returns -1 when a concurrent transaction changed the record
+ * between our read and our write (try again with a new snapshot), else
+ * whether this call is the first.
+ */
+static int
+once_attempt(FunctionCallInfo fcinfo, const IdemKey *id)
+{
+	IdemClaimSpec t = {.status = IDEM_SUCCEEDED};
+	IdemRecord	rec;
+	int64		new_fence;
+
+	t.now = GetCurrentTimestamp();
+	t.expires_at = PG_ARGISNULL(2) ?
+		TimestampTzPlusMilliseconds(t.now, (int64) idem_default_ttl * 1000) :
+		interval_end(fcinfo, 2, "ttl", t.now);
+
+	if (!store_read(id, &rec))
+		return store_insert(id, NULL, &t) ? 1 : -1;
+	if (!record_expired(&rec, t.now))
+		return 0;
+	return store_reclaim_expired(id, rec.fence, NULL, &t, &new_fence) ? 1 : -1;
+}
+
+/*
+ * idem_once(key text, scope text, ttl interval) RETURNS boolean
+ *	  True the first time (scope, key) is seen, false while a record of it
+ *	  exists (until claim time + ttl, default idempotency.default_ttl).  The
+ *	  mark belongs to the caller's transaction.  Errors: 22004 NULL key or
+ *	  scope, 22023 empty/over-long key or scope, non-positive ttl; 40001
+ *	  and 40P01 as for idem_claim.
+ */
+PG_FUNCTION_INFO_V1(idem_once);
+Datum
+idem_once(PG_FUNCTION_ARGS)
+{
+	IdemKey		id = get_idem_key(fcinfo, 0, 1, "idem_once");
+	int			first;
+
+	if (!PG_ARGISNULL(2))
+		(void) interval_end(fcinfo, 2, "ttl", GetCurrentTimestamp());
+
+	store_begin(fcinfo->flinfo->fn_oid, false);
+	while ((first = once_attempt(fcinfo, &id)) < 0)
+		CHECK_FOR_INTERRUPTS();
+	store_end();
+
+	idem_count(first ? IDEM_COUNT_CLAIMS : IDEM_COUNT_REPLAYS);
+	PG_RETURN_BOOL(first == 1);
+}
