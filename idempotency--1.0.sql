@@ -109,7 +109,7 @@ AS 'MODULE_PATHNAME', 'idem_fail'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_fail(text, jsonb, boolean, text, bigint) IS
-'record failure. retryable => true (default) releases the key: the record is deleted and the next claim is claimed; retryable => false stores error jsonb with status failed and replays it. Fence as for idem_finish. Returns void. Errors: IK002, IK003 as for idem_finish, 22004 NULL key, error, retryable or scope';
+'record failure. retryable => true (default) releases the key for a retry: the record stays as a claim whose lease has ended, and the next claim takes it over (claimed, fence + 1, recovery point kept), so the failed attempt''s fence can never write again; retryable => false stores error jsonb with status failed and replays it. Fence as for idem_finish. Returns void. Errors: IK002, IK003 as for idem_finish, 22004 NULL key, error, retryable or scope';
 
 CREATE FUNCTION @extschema@.idem_mark_unknown(
     key    text,

@@ -39,7 +39,9 @@ ensure_packages() {
 # Held until the calling script exits.
 hold_install_lock() {
     local lock=/tmp/idempotency-install.lock
-    if exec 9>>"$lock" 2>/dev/null; then
+    # the braces keep 2>/dev/null to this exec: on a bare exec it would
+    # silence the script's stderr for good
+    if { exec 9>>"$lock"; } 2>/dev/null; then
         chmod 666 "$lock" 2>/dev/null
         flock 9
     fi

@@ -50,7 +50,7 @@ run_pgtap_suite() {
 # so they run as the cluster's OS user from a copy it owns.
 run_tap_suite() {
     local dir total bad rc
-    say "TAP tests (crash, lease, pg_cron)"
+    say "TAP tests (leases, pg_cron, crash, failover, model, dump/upgrade)"
     dir=$(mktemp -d /tmp/idempotency-tap.XXXXXX)
     cp -r Makefile idempotency.control test "$dir/"
     [ "$(id -u)" -eq 0 ] && chown -R "$CLUSTER_OS_USER" "$dir"

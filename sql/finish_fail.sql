@@ -13,17 +13,21 @@ SELECT outcome, status, result,
   FROM idem_claim('pay-final');
 SELECT outcome, status FROM idem_claim('pay-final');
 
--- a retryable failure is not cached: the record is gone and the next claim
--- is claimed with fence 1
+-- a retryable failure is not cached: the key is released as a claim whose
+-- lease has ended, and the next claim takes it over with fence 2 (the
+-- failed attempt's fence 1 can never write again)
 BEGIN;
 SELECT outcome FROM idem_claim('pay-retry');
 SELECT idem_fail('pay-retry', '{"code": "timeout"}');
 COMMIT;
-SELECT count(*) AS records FROM idempotent_record WHERE key = 'pay-retry';
+SELECT status, result, fence, locked_until <= now() AS lease_ended
+  FROM idempotent_record WHERE key = 'pay-retry';
 BEGIN;
 SELECT outcome, status, result, fence FROM idem_claim('pay-retry');
 SELECT idem_finish('pay-retry', '{"charge": "ch_1"}');
 COMMIT;
+SELECT idem_finish('pay-retry', '{"charge": "late"}', fence => 1);
+:sqlstate
 SELECT outcome, status, result FROM idem_claim('pay-retry');
 
 -- retryable is explicit: the default is true

@@ -85,9 +85,13 @@ SELECT idem_extend_lease('pay-3', NULL, fence => 1);
 :sqlstate
 SELECT idem_extend_lease('pay-3', '1 hour');
 :sqlstate
--- a retryable failure of a leased claim releases the key
+-- a retryable failure of a leased claim releases the key: the next claim
+-- takes it over, and the released fence is refused
 SELECT idem_fail('pay-3', '{"e": "provider down"}', fence => 1);
-SELECT count(*) AS records FROM idempotent_record WHERE key = 'pay-3';
+SELECT outcome, fence, recovery_point FROM idem_claim('pay-3', lease => '1 minute');
+SELECT idem_finish('pay-3', '{"by": "released worker"}', fence => 1);
+:sqlstate
+SELECT idem_fail('pay-3', '{"e": "again"}', fence => 2);
 
 -- an in-transaction claim: its transaction needs no fence, a given one
 -- must match, and it has no lease to extend

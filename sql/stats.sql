@@ -4,7 +4,7 @@
 -- relies on nothing else running on the test cluster at the same time.
 \set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'
 \set counters 'SELECT claims, replays, in_progress, waits, fingerprint_mismatches AS mismatches, takeovers, failures FROM idempotency_stats'
-TRUNCATE idempotent_record;
+TRUNCATE idempotent_record, idempotency_token;
 
 -- the view's shape
 SELECT attname, format_type(atttypid, atttypmod)
@@ -68,6 +68,26 @@ SELECT idem_finish('s-1', '{"again": true}');
 COMMIT;
 :counters;
 
+-- a write with a stale fence is refused and counted
+SELECT idem_finish('s-5', '{"by": "the first worker"}', fence => 1);
+:sqlstate
+SELECT stale_fences FROM idempotency_stats;
+
+-- tokens: issued, consumed once, refused after
+SELECT idem_token_issue('form') AS token \gset
+SELECT idem_token_issue('form') IS NOT NULL AS issued;
+SELECT idem_token_consume(:'token', 'form') AS first, idem_token_consume(:'token', 'form') AS second;
+SELECT idem_token_consume('no-such-token', 'form') AS unknown;
+SELECT tokens_issued, tokens_consumed, tokens_refused FROM idempotency_stats;
+
+-- purge counts the rows it deleted (records and tokens)
+INSERT INTO idempotent_record (key, status, fence, created_at, updated_at, expires_at)
+SELECT 'old-' || i, 'succeeded', 1, now(), now(), now() - interval '1 hour'
+  FROM generate_series(1, 3) AS i;
+UPDATE idempotency_token SET expires_at = now() - interval '1 hour';
+SELECT idem_purge();
+SELECT rows_purged FROM idempotency_stats;
+
 -- errors before a claim is decided count nothing
 SELECT outcome FROM idem_claim('');
 :sqlstate
@@ -87,4 +107,4 @@ DROP ROLE regress_idem_monitor;
 
 SELECT idem_stats_reset();
 :counters;
-TRUNCATE idempotent_record;
+TRUNCATE idempotent_record, idempotency_token;

@@ -144,7 +144,7 @@ record_outcome(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 	store_begin(fcinfo->flinfo->fn_oid, false);
 	fence = required_fence(fcinfo, id, fence_arg, fn, &held);
 	if (kind == RELEASE_KEY)
-		done = store_delete(id, fence);
+		done = store_release(id, fence, GetCurrentTimestamp());
 	else
 		done = store_set_outcome(id, fence, status_of[kind], result,
 								 GetCurrentTimestamp());
@@ -178,9 +178,10 @@ idem_finish(PG_FUNCTION_ARGS)
 /*
  * idem_fail(key text, error jsonb, retryable boolean, scope text,
  *			 fence bigint) RETURNS void
- *	  Record failure.  retryable: release the key (the record is deleted;
- *	  the next claim is claimed).  Not retryable: status failed, error
- *	  replayed to duplicates.  Errors as for idem_finish.
+ *	  Record failure.  retryable: release the key for a retry (the record
+ *	  stays as a claim whose lease has ended: the next claim takes it over
+ *	  with fence + 1 and the recovery point).  Not retryable: status
+ *	  failed, error replayed to duplicates.  Errors as for idem_finish.
  */
 PG_FUNCTION_INFO_V1(idem_fail);
 Datum

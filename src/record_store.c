@@ -12,17 +12,22 @@
 #include "idempotency.h"
 
 #include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/transam.h"
 #include "access/nbtree.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_type_d.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "fmgr.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -41,7 +46,7 @@ typedef enum StorePlanId
 	PLAN_RECLAIM_EXPIRED,
 	PLAN_TAKE_OVER,
 	PLAN_SET_OUTCOME,
-	PLAN_DELETE,
+	PLAN_RELEASE,
 	PLAN_CHECKPOINT,
 	PLAN_EXTEND_LEASE,
 	PLAN_LOOKUP,
@@ -109,9 +114,17 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 		" AND fence" EQ "$3" OPEN_STATUS,
 		6, {TEXTOID, TEXTOID, INT8OID, TEXTOID, JSONBOID, TIMESTAMPTZOID}
 	},
-	[PLAN_DELETE] = {
-		"DELETE FROM %1$s" WHERE_ID " AND fence" EQ "$3" OPEN_STATUS,
-		3, {TEXTOID, TEXTOID, INT8OID}
+	/*
+	 * A released key keeps its record, as a claim whose lease ended at $4:
+	 * the next claim takes it over with fence + 1, so the fence of the
+	 * released claim can never write again (fences only grow while a
+	 * record lives).
+	 */
+	[PLAN_RELEASE] = {
+		"UPDATE %1$s SET status = " STATUS("in_progress") ", result = NULL,"
+		" locked_until = $4, updated_at = $4" WHERE_ID
+		" AND fence" EQ "$3" OPEN_STATUS,
+		4, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID}
 	},
 	[PLAN_CHECKPOINT] = {
 		"UPDATE %1$s SET recovery_point = $4, updated_at = $5" WHERE_ID
@@ -129,13 +142,15 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 		3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 	},
 	/*
-	 * One batch of expired records.  SKIP LOCKED: a record that a claim is
-	 * reclaiming right now is left to it, and purge never waits for a claim.
+	 * One batch of expired records, oldest first (ORDER BY lets the planner
+	 * walk the expires_at index instead of scanning past live records).
+	 * SKIP LOCKED: a record that a claim is reclaiming right now is left to
+	 * it, and purge never waits for a claim.
 	 */
 	[PLAN_PURGE] = {
 		"DELETE FROM %1$s WHERE ctid" EQ "ANY (ARRAY("
 		"SELECT ctid FROM %1$s WHERE" EXPIRED("$1")
-		" LIMIT $2 FOR UPDATE SKIP LOCKED))",
+		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
 		2, {TIMESTAMPTZOID, INT4OID}
 	},
 };
@@ -239,19 +254,26 @@ store_end(void)
 	caller_context = NULL;
 }
 
-/* Copy column attno of SPI row 0 into the caller's context, NULL if null */
+/*
+ * Column attno of SPI row 0, copied into the caller's context (NULL if
+ * null).  A varlena is detoasted as it is copied: a TOAST pointer, or a
+ * value detoasted in SPI's memory, would not outlive store_end.
+ */
 static Datum
 column_copy(int attno, bool *isnull)
 {
 	Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
 								  attno, isnull);
-	MemoryContext old;
 	Form_pg_attribute att = TupleDescAttr(SPI_tuptable->tupdesc, attno - 1);
+	MemoryContext old;
 
 	if (*isnull)
 		return (Datum) 0;
 	old = MemoryContextSwitchTo(caller_context);
-	d = datumCopy(d, att->attbyval, att->attlen);
+	if (att->attlen == -1)
+		d = PointerGetDatum(PG_DETOAST_DATUM_COPY(d));
+	else
+		d = datumCopy(d, att->attbyval, att->attlen);
 	MemoryContextSwitchTo(old);
 	return d;
 }
@@ -401,15 +423,16 @@ store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
 	return store_exec(PLAN_SET_OUTCOME, values, NULL, SPI_OK_UPDATE) == 1;
 }
 
-/* Release a key: delete its record */
+/* Release a key for a retry: the next claim takes it over */
 bool
-store_delete(const IdemKey *id, int64 fence)
+store_release(const IdemKey *id, int64 fence, TimestampTz now)
 {
-	Datum		values[3];
+	Datum		values[4];
 
 	id_values(id, values);
 	values[2] = Int64GetDatum(fence);
-	return store_exec(PLAN_DELETE, values, NULL, SPI_OK_DELETE) == 1;
+	values[3] = TimestampTzGetDatum(now);
+	return store_exec(PLAN_RELEASE, values, NULL, SPI_OK_UPDATE) == 1;
 }
 
 /* Save the recovery point of an in-progress claim */
@@ -470,14 +493,28 @@ store_lookup(const IdemKey *id, TimestampTz now)
 }
 
 /*
+ * Has an update or delete that did not abort replaced this version?  (A
+ * lock is no update; an aborted subtransaction's update left the version
+ * current.)
+ */
+static bool
+version_replaced(HeapTupleHeader tuple)
+{
+	if ((tuple->t_infomask & HEAP_XMAX_INVALID) ||
+		HEAP_XMAX_IS_LOCKED_ONLY(tuple->t_infomask))
+		return false;
+	return !TransactionIdDidAbort(HeapTupleHeaderGetUpdateXid(tuple));
+}
+
+/*
  * Is another transaction, still in progress, inserting, updating or
  * deleting the record of id?  A plain snapshot cannot see that; the primary
  * key index read with a dirty snapshot can, the way nbtree's unique check
  * finds the transaction to wait for (_bt_check_unique), but without
  * waiting.  When one is found, *fingerprint is its fingerprint, and
- * *fingerprint_visible says whether the caller may compare against it: only
- * with SELECT privilege on the table and no row level security, since the
- * row is not yet visible to policies.
+ * *fingerprint_visible says whether the caller may compare against it
+ * (SELECT privilege on the table).  Callers under row level security are
+ * not probed at all.
  */
 bool
 store_probe_uncommitted(const IdemKey *id, bytea **fingerprint,
@@ -492,12 +529,20 @@ store_probe_uncommitted(const IdemKey *id, bytea **fingerprint,
 	TupleTableSlot *slot;
 	AttrNumber	fingerprint_attno;
 	bool		found = false;
-	MemoryContext old;
 
 	*fingerprint = NULL;
 	*fingerprint_visible = false;
 	if (!OidIsValid(relid))
 		elog(ERROR, "table idempotent_record is missing from the extension's schema");
+
+	/*
+	 * Under row level security the caller may not learn of rows its
+	 * policies hide: no probe.  Its write then meets the policy first, or
+	 * waits for the other transaction as any INSERT into a unique index
+	 * would (1 ms, see store_exec_claim_write).
+	 */
+	if (check_enable_rls(relid, InvalidOid, true) == RLS_ENABLED)
+		return false;
 
 	/* the lock the write after the probe needs: it must not wait for it */
 	heap = table_open(relid, RowExclusiveLock);
@@ -517,30 +562,36 @@ store_probe_uncommitted(const IdemKey *id, bytea **fingerprint,
 	fingerprint_attno = get_attnum(relid, "fingerprint");
 
 	/*
-	 * An update in progress shows two versions: the old one (its xmax still
-	 * running) and the new one (its xmin still running).  The new one holds
-	 * the fingerprint that counts, so keep looking until it is found.
+	 * A transaction writing the record shows several versions: the old one
+	 * (its xmax running), and each version it wrote (its xmin running; the
+	 * dirty snapshot does not look at their xmax).  The fingerprint that
+	 * counts is that of the version no live update or delete has replaced.
 	 */
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
-		bool		inserting = TransactionIdIsValid(dirty.xmin);
+		HeapTuple	tuple;
+		bool		replaced;
 		bool		isnull;
 		Datum		d;
+		MemoryContext old;
 
-		if (!inserting && !TransactionIdIsValid(dirty.xmax))
+		if (!TransactionIdIsValid(dirty.xmin) && !TransactionIdIsValid(dirty.xmax))
 			continue;			/* committed and untouched */
+		tuple = ExecFetchSlotHeapTuple(slot, false, NULL);
+		replaced = version_replaced(tuple->t_data);
+		if (found && replaced)
+			continue;
 		found = true;
 		d = slot_getattr(slot, fingerprint_attno, &isnull);
 		old = MemoryContextSwitchTo(caller_context);
 		*fingerprint = isnull ? NULL : DatumGetByteaPCopy(d);
 		MemoryContextSwitchTo(old);
-		if (inserting)
+		if (!replaced)
 			break;
 	}
 	if (found)
 		*fingerprint_visible =
-			pg_class_aclcheck(relid, GetUserId(), ACL_SELECT) == ACLCHECK_OK &&
-			check_enable_rls(relid, InvalidOid, true) != RLS_ENABLED;
+			pg_class_aclcheck(relid, GetUserId(), ACL_SELECT) == ACLCHECK_OK;
 
 	ExecDropSingleTupleTableSlot(slot);
 	index_endscan(scan);

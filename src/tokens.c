@@ -53,7 +53,7 @@ static const SavedPlanDef token_plan_defs[NUM_TOKEN_PLANS] = {
 	[TOKEN_PLAN_PURGE] = {
 		"DELETE FROM %1$s WHERE ctid" EQ "ANY (ARRAY("
 		"SELECT ctid FROM %1$s WHERE expires_at OPERATOR(pg_catalog.<=) $1"
-		" LIMIT $2 FOR UPDATE SKIP LOCKED))",
+		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
 		2, {TIMESTAMPTZOID, INT4OID}
 	},
 };

@@ -359,8 +359,10 @@ SELECT throws_ok($$SELECT idem_finish('err-released', '{}')$$,
 SELECT throws_ok($$SELECT idem_fail('err-released', '{}')$$,
     'IK002', 'idempotency key already has an outcome',
     'a second retryable idem_fail raises IK002');
-SELECT is((SELECT count(*) FROM idem_lookup('err-released')), 0::bigint,
-    'err-released has no record after the refused calls');
+SELECT results_eq(
+    $$SELECT status, result, fence FROM idem_lookup('err-released')$$,
+    $$VALUES ('in_progress'::idem_status, NULL::jsonb, 1::bigint)$$,
+    'err-released is still the released claim after the refused calls');
 
 -- the scope is part of what is held
 SELECT is((SELECT outcome FROM idem_claim('err-scoped', scope => 'a')), 'claimed',

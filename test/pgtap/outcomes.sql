@@ -103,7 +103,7 @@ SELECT is((SELECT result::text FROM idem_claim('out-2')),
     'out-2: the replayed error is the exact jsonb given (numeric scale 12.50 kept)');
 
 -------------------------------------------------------------------------------
--- retryable fail → the key is released and claimed again with fence 1
+-- retryable fail → the key is released; the retry takes it over (fence 2)
 -------------------------------------------------------------------------------
 SELECT results_eq(
     $$SELECT outcome, fence FROM idem_claim('out-3', fingerprint => idem_fingerprint('{"n": 3}'))$$,
@@ -111,20 +111,22 @@ SELECT results_eq(
     'out-3: claimed with fence 1');
 SELECT lives_ok($$SELECT idem_fail('out-3', '{"error": "upstream timeout"}')$$,
     'out-3: idem_fail is retryable by default');
-SELECT is((SELECT count(*) FROM idem_lookup('out-3')), 0::bigint,
-    'out-3: a retryable failure deletes the record');
-SELECT is((SELECT count(*) FROM idempotent_record WHERE key = 'out-3'), 0::bigint,
-    'out-3: no row is left in idempotent_record');
+SELECT results_eq(
+    $$SELECT status, result, fence, locked_until IS NOT NULL FROM idem_lookup('out-3')$$,
+    $$VALUES ('in_progress'::idem_status, NULL::jsonb, 1::bigint, true)$$,
+    'out-3: a retryable failure leaves the record as a claim whose lease has ended');
+SELECT is((SELECT count(*) FROM idempotent_record WHERE key = 'out-3'), 1::bigint,
+    'out-3: the row stays, so its fence keeps growing');
 SELECT results_eq(
     $$SELECT outcome, status, result, fence, recovery_point, retry_after
         FROM idem_claim('out-3', fingerprint => idem_fingerprint('{"n": 3}'))$$,
-    $$VALUES ('claimed'::text, 'in_progress'::idem_status, NULL::jsonb, 1::bigint, NULL::text, NULL::interval)$$,
-    'out-3: the retry is claimed again, fence 1');
+    $$VALUES ('claimed'::text, 'in_progress'::idem_status, NULL::jsonb, 2::bigint, NULL::text, NULL::interval)$$,
+    'out-3: the retry takes the key over, fence 2');
 SELECT lives_ok($$SELECT idem_finish('out-3', '{"ok": true}')$$,
     'out-3: the retry can be finished');
 SELECT results_eq(
     $$SELECT outcome, status, result, fence FROM idem_claim('out-3', fingerprint => idem_fingerprint('{"n": 3}'))$$,
-    $$VALUES ('replay'::text, 'succeeded'::idem_status, '{"ok": true}'::jsonb, 1::bigint)$$,
+    $$VALUES ('replay'::text, 'succeeded'::idem_status, '{"ok": true}'::jsonb, 2::bigint)$$,
     'out-3: after the retry succeeded, duplicates replay its result');
 
 -------------------------------------------------------------------------------
@@ -286,7 +288,7 @@ SELECT results_eq(
     $$VALUES ('replay'::text, 'succeeded'::idem_status, '{"tenant": 1}'::jsonb),
              ('replay', 'failed', '{"tenant": 2}')$$,
     'same key in two scopes: each scope replays its own outcome');
-SELECT is((SELECT count(*) FROM idem_lookup('order-1')), 0::bigint,
+SELECT is((SELECT status FROM idem_lookup('order-1')), 'in_progress'::idem_status,
     'same key in two scopes: the release in the default scope did not touch the others');
 SELECT is((SELECT count(*) FROM idem_lookup('order-1', scope => 'tenant_3')), 0::bigint,
     'same key in two scopes: a third scope knows nothing of the key');

@@ -1,0 +1,230 @@
+-- Bad-input matrix (DESIGN §4): every public function with NULL in each
+-- argument, odd keys, bad intervals, huge values and wrong fences.  Each
+-- call runs in a subtransaction that is rolled back afterwards (pg_temp.try)
+-- and prints its SQLSTATE, or "ok" and what it returned; the tables are
+-- compared before and after.  Message texts are checked in bad_input.sql
+-- and test/pgtap/errors.sql; huge results (10 MB) in
+-- test/t/015_huge_values.pl, on a cluster of their own.
+\set VERBOSITY terse
+TRUNCATE idempotent_record;
+TRUNCATE idempotency_token;
+
+CREATE FUNCTION pg_temp.try(sql text, check_sql text DEFAULT NULL)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    r text;
+BEGIN
+    BEGIN
+        EXECUTE sql INTO r;
+        IF check_sql IS NOT NULL THEN
+            EXECUTE check_sql INTO r;
+        END IF;
+        -- undo whatever the call did (claims made in the subtransaction are
+        -- forgotten with it)
+        RAISE EXCEPTION USING ERRCODE = 'ZZ999', MESSAGE = coalesce(r, 'NULL');
+    EXCEPTION
+        WHEN SQLSTATE 'ZZ999' THEN RETURN 'ok ' || left(SQLERRM, 40);
+        WHEN OTHERS THEN RETURN SQLSTATE;
+    END;
+END $$;
+
+-- what must not change: a finished record, a final failure, a live leased
+-- claim (fence 3, after two takeovers), an unknown outcome, a token
+BEGIN;
+SELECT outcome FROM idem_claim('done', fingerprint => idem_fingerprint('{"a": 1}'));
+SELECT idem_finish('done', '{"r": 1}');
+SELECT outcome FROM idem_claim('declined');
+SELECT idem_fail('declined', '{"e": 1}', retryable => false);
+COMMIT;
+SELECT outcome FROM idem_claim('leased', lease => '1 hour');
+UPDATE idempotent_record SET fence = 3 WHERE key = 'leased';
+SELECT outcome FROM idem_claim('unsure', lease => '1 hour');
+SELECT idem_mark_unknown('unsure', '{"why": "timeout"}', fence => 1);
+SELECT length(idem_token_issue('form')) AS token_length;
+CREATE TABLE bim_orders (id int PRIMARY KEY, status text NOT NULL);
+INSERT INTO bim_orders VALUES (1, 'pending');
+
+CREATE TEMP TABLE snap AS
+SELECT (SELECT count(*) FROM idempotent_record) AS records,
+       (SELECT md5(string_agg(r::text, ',' ORDER BY scope, key)) FROM idempotent_record r) AS record_content,
+       (SELECT md5(string_agg(t::text, ',' ORDER BY scope, token)) FROM idempotency_token t) AS token_content,
+       (SELECT md5(string_agg(o::text, ',' ORDER BY id)) FROM bim_orders o) AS order_content;
+\set unchanged 'SELECT s.records = (SELECT count(*) FROM idempotent_record) AS same_count, s.record_content = (SELECT md5(string_agg(r::text, '','' ORDER BY scope, key)) FROM idempotent_record r) AS same_records, s.token_content = (SELECT md5(string_agg(t::text, '','' ORDER BY scope, token)) FROM idempotency_token t) AS same_tokens, s.order_content = (SELECT md5(string_agg(o::text, '','' ORDER BY id)) FROM bim_orders o) AS same_orders FROM snap s'
+
+-------------------------------------------------------------------------------
+-- NULL in each argument.  Required arguments: 22004.  Optional ones
+-- (fingerprint, ttl, lease, fence, status_column's default aside) mean
+-- "none" or "the default", as the README says.
+-------------------------------------------------------------------------------
+SELECT fn, arg, pg_temp.try(sql) AS answer FROM (VALUES
+ (1, 'idem_claim', 'key', $$SELECT outcome FROM idem_claim(NULL)$$),
+ (2, 'idem_claim', 'scope', $$SELECT outcome FROM idem_claim('k', scope => NULL)$$),
+ (3, 'idem_claim', 'fingerprint (no check)', $$SELECT outcome FROM idem_claim('done', fingerprint => NULL)$$),
+ (4, 'idem_claim', 'ttl (the default)', $$SELECT outcome FROM idem_claim('k', ttl => NULL)$$),
+ (5, 'idem_claim', 'wait', $$SELECT outcome FROM idem_claim('k', wait => NULL)$$),
+ (6, 'idem_claim', 'lease (in-transaction)', $$SELECT outcome || ' ' || (locked_until IS NULL) FROM idem_claim('k', lease => NULL), idempotent_record WHERE key = 'k'$$),
+ (7, 'idem_finish', 'key', $$SELECT idem_finish(NULL, '{}')$$),
+ (8, 'idem_finish', 'result', $$SELECT idem_finish('leased', NULL, fence => 3)$$),
+ (9, 'idem_finish', 'scope', $$SELECT idem_finish('leased', '{}', scope => NULL, fence => 3)$$),
+ (10, 'idem_finish', 'fence (none: leased needs one)', $$SELECT idem_finish('leased', '{}', fence => NULL)$$),
+ (11, 'idem_fail', 'key', $$SELECT idem_fail(NULL, '{}')$$),
+ (12, 'idem_fail', 'error', $$SELECT idem_fail('leased', NULL, fence => 3)$$),
+ (13, 'idem_fail', 'retryable', $$SELECT idem_fail('leased', '{}', retryable => NULL, fence => 3)$$),
+ (14, 'idem_fail', 'scope', $$SELECT idem_fail('leased', '{}', scope => NULL, fence => 3)$$),
+ (15, 'idem_fail', 'fence (none: leased needs one)', $$SELECT idem_fail('leased', '{}', fence => NULL)$$),
+ (16, 'idem_mark_unknown', 'key', $$SELECT idem_mark_unknown(NULL, '{}')$$),
+ (17, 'idem_mark_unknown', 'detail', $$SELECT idem_mark_unknown('leased', NULL, fence => 3)$$),
+ (18, 'idem_mark_unknown', 'scope', $$SELECT idem_mark_unknown('leased', '{}', scope => NULL, fence => 3)$$),
+ (19, 'idem_mark_unknown', 'fence (none: leased needs one)', $$SELECT idem_mark_unknown('leased', '{}', fence => NULL)$$),
+ (20, 'idem_checkpoint', 'key', $$SELECT idem_checkpoint(NULL, 'p')$$),
+ (21, 'idem_checkpoint', 'recovery_point', $$SELECT idem_checkpoint('leased', NULL, fence => 3)$$),
+ (22, 'idem_checkpoint', 'scope', $$SELECT idem_checkpoint('leased', 'p', scope => NULL, fence => 3)$$),
+ (23, 'idem_checkpoint', 'fence (none: leased needs one)', $$SELECT idem_checkpoint('leased', 'p', fence => NULL)$$),
+ (24, 'idem_extend_lease', 'key', $$SELECT idem_extend_lease(NULL, '1 minute')$$),
+ (25, 'idem_extend_lease', 'lease', $$SELECT idem_extend_lease('leased', NULL, fence => 3)$$),
+ (26, 'idem_extend_lease', 'scope', $$SELECT idem_extend_lease('leased', '1 minute', scope => NULL, fence => 3)$$),
+ (27, 'idem_extend_lease', 'fence (none: leased needs one)', $$SELECT idem_extend_lease('leased', '1 minute', fence => NULL)$$),
+ (28, 'idem_lookup', 'key', $$SELECT count(*) FROM idem_lookup(NULL)$$),
+ (29, 'idem_lookup', 'scope', $$SELECT count(*) FROM idem_lookup('done', NULL)$$),
+ (30, 'idem_fingerprint', 'body', $$SELECT idem_fingerprint(NULL)$$),
+ (31, 'idem_fingerprint', 'body = JSON null (a value)', $$SELECT length(idem_fingerprint('null'))$$),
+ (32, 'idem_once', 'key', $$SELECT idem_once(NULL)$$),
+ (33, 'idem_once', 'scope', $$SELECT idem_once('m', scope => NULL)$$),
+ (34, 'idem_once', 'ttl (the default)', $$SELECT idem_once('m', ttl => NULL)$$),
+ (35, 'idem_purge', 'batch_size', $$SELECT idem_purge(NULL)$$),
+ (36, 'idem_token_issue', 'scope', $$SELECT idem_token_issue(NULL)$$),
+ (37, 'idem_token_issue', 'ttl', $$SELECT idem_token_issue('form', NULL)$$),
+ (38, 'idem_token_consume', 'token', $$SELECT idem_token_consume(NULL, 'form')$$),
+ (39, 'idem_token_consume', 'scope', $$SELECT idem_token_consume('t', NULL)$$),
+ (40, 'idem_transition', 'rel', $$SELECT idem_transition(NULL, 1, 'paid', ARRAY['pending'])$$),
+ (41, 'idem_transition', 'id', $$SELECT idem_transition('bim_orders', NULL::int, 'paid', ARRAY['pending'])$$),
+ (42, 'idem_transition', 'to_state', $$SELECT idem_transition('bim_orders', 1, NULL, ARRAY['pending'])$$),
+ (43, 'idem_transition', 'from_states', $$SELECT idem_transition('bim_orders', 1, 'paid', NULL)$$),
+ (44, 'idem_transition', 'from_states element', $$SELECT idem_transition('bim_orders', 1, 'paid', ARRAY['pending', NULL])$$),
+ (45, 'idem_transition', 'status_column', $$SELECT idem_transition('bim_orders', 1, 'paid', ARRAY['pending'], NULL)$$),
+ (46, 'idem_stats', '(none)', $$SELECT claims >= 0 FROM idem_stats()$$),
+ (47, 'idem_transition_guard', 'called directly', $$SELECT idem_transition_guard()$$),
+ (48, 'idem_version_guard', 'called directly', $$SELECT idem_version_guard()$$)
+) AS m(ord, fn, arg, sql) ORDER BY ord;
+-- the procedure commits, so it cannot run in try()
+CALL idem_purge_all(NULL);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+-- no public function is STRICT (a NULL never silently returns NULL)
+SELECT count(*) AS strict_functions FROM pg_proc WHERE proname LIKE 'idem\_%' AND proisstrict;
+:unchanged;
+
+-------------------------------------------------------------------------------
+-- Keys and scopes: empty, long, odd bytes.  The limit is
+-- idempotency.max_key_length characters (255), not bytes; the key is kept
+-- exactly as sent.
+-------------------------------------------------------------------------------
+SHOW idempotency.max_key_length;
+-- claim: the outcome, then whether the record holds the key byte for byte
+SELECT label, octet_length(k) AS bytes, char_length(k) AS chars,
+       pg_temp.try(format('SELECT outcome FROM idem_claim(%L)', k),
+                   format('SELECT count(*) || '' '' || bool_and(key = %L) FROM idempotent_record WHERE key = %L', k, k)) AS claim,
+       pg_temp.try(format('SELECT outcome FROM idem_claim(''k'', scope => %L)', k),
+                   format('SELECT count(*) || '' '' || bool_and(scope = %L) FROM idempotent_record WHERE scope = %L', k, k)) AS as_scope
+  FROM (VALUES
+ (1, 'empty', ''),
+ (2, 'one space', ' '),
+ (3, 'two spaces', '  '),
+ (4, 'tab', E'\t'),
+ (5, 'newline inside', E'a\nb'),
+ (6, 'leading/trailing space', ' k '),
+ (7, 'control character', E'k\x01'),
+ (8, 'emoji', '🔑'),
+ (9, 'combining accent (not normalized)', E'e\u0301'),
+ (10, 'zero-width space', E'k\u200b'),
+ (11, 'right-to-left mark', E'\u200fk'),
+ (12, 'quote and backslash', E'k''"\\'),
+ (13, 'SQL in a key', 'k''); DROP TABLE idempotent_record; --'),
+ (14, '255 ASCII (255 bytes)', repeat('k', 255)),
+ (15, '256 ASCII (256 bytes)', repeat('k', 256)),
+ (16, '255 two-byte chars (510 bytes)', repeat('é', 255)),
+ (17, '256 two-byte chars', repeat('é', 256)),
+ (18, '255 emoji (1020 bytes)', repeat('🔑', 255)),
+ (19, '256 emoji', repeat('🔑', 256)),
+ (20, '128 two-byte chars (256 bytes)', repeat('é', 128))
+) AS v(ord, label, k) ORDER BY ord;
+-- ... also for the functions that name a key without claiming it
+SELECT fn, pg_temp.try(sql) AS answer FROM (VALUES
+ (1, 'idem_finish empty key', $$SELECT idem_finish('', '{}', fence => 1)$$),
+ (2, 'idem_finish 256 characters', $$SELECT idem_finish(repeat('k', 256), '{}', fence => 1)$$),
+ (3, 'idem_fail empty key', $$SELECT idem_fail('', '{}', fence => 1)$$),
+ (4, 'idem_mark_unknown 256 emoji', $$SELECT idem_mark_unknown(repeat('🔑', 256), '{}', fence => 1)$$),
+ (5, 'idem_checkpoint empty scope is the default scope', $$SELECT idem_checkpoint('leased', 'p', scope => '', fence => 3)$$),
+ (6, 'idem_extend_lease 256-character scope', $$SELECT idem_extend_lease('leased', '1 minute', scope => repeat('s', 256), fence => 3)$$),
+ (7, 'idem_lookup empty key', $$SELECT count(*) FROM idem_lookup('')$$),
+ (8, 'idem_lookup 256 characters', $$SELECT count(*) FROM idem_lookup(repeat('k', 256))$$),
+ (9, 'idem_once empty key', $$SELECT idem_once('')$$),
+ (10, 'idem_once 256 characters', $$SELECT idem_once(repeat('k', 256))$$),
+ (11, 'idem_token_issue 256-character scope', $$SELECT idem_token_issue(repeat('s', 256))$$),
+ (12, 'idem_token_consume 10 kB token', $$SELECT idem_token_consume(repeat('t', 10000), 'form')$$)
+) AS m(ord, fn, sql) ORDER BY ord;
+-- keys that differ only in white space, case or normalization are
+-- different records
+BEGIN;
+SELECT format('%L', k) AS key, outcome FROM unnest(ARRAY[' ', '  ', 'k', 'K', 'k ', 'é', E'e\u0301']) AS k,
+       LATERAL idem_claim(k) ORDER BY k COLLATE "C";
+ROLLBACK;
+-- the B-tree bounds (scope, key) to about 2700 bytes: a 1000-character key
+-- of 3-byte characters that do not compress fails with 54000 once the
+-- setting allows it
+SET idempotency.max_key_length = 1024;
+SELECT pg_temp.try($$SELECT outcome FROM idem_claim(
+         (SELECT string_agg(chr(19968 + (i * 7919) % 20000), '') FROM generate_series(1, 1000) i))$$) AS long_multibyte_key;
+SELECT pg_temp.try($$SELECT outcome FROM idem_claim(repeat('k', 1024))$$) AS key_of_1024_ascii;
+RESET idempotency.max_key_length;
+:unchanged;
+
+-------------------------------------------------------------------------------
+-- Intervals: ttl and lease must be positive (as intervals), and claim time
+-- + interval must be a timestamp
+-------------------------------------------------------------------------------
+SELECT i AS interval_value,
+       pg_temp.try(format('SELECT outcome FROM idem_claim(''k'', ttl => %L)', i)) AS ttl,
+       pg_temp.try(format('SELECT outcome FROM idem_claim(''k'', lease => %L)', i)) AS lease,
+       pg_temp.try(format('SELECT idem_extend_lease(''leased'', %L, fence => 3) > now()', i)) AS extend_lease,
+       pg_temp.try(format('SELECT length(idem_token_issue(''form'', %L))', i)) AS token_ttl,
+       pg_temp.try(format('SELECT idem_once(''m'', ttl => %L)', i)) AS once_ttl
+  FROM (VALUES ('0'), ('-1 second'), ('-1 day'), ('1 month -30 days'), ('1 month -31 days'),
+               ('1 day -86400 seconds'), ('1 microsecond'), ('1 second'), ('1000 years'),
+               ('300000 years'), ('178000000 years'), ('-178000000 years')) AS v(i);
+SELECT pg_temp.try($$SELECT idem_purge(0)$$) AS batch_0,
+       pg_temp.try($$SELECT idem_purge(-1)$$) AS batch_negative,
+       pg_temp.try($$SELECT idem_purge(2147483647)$$) AS batch_max;
+-- settings refuse out-of-range values
+SET idempotency.default_ttl = 0;
+SET idempotency.default_ttl = -1;
+SET idempotency.max_key_length = 0;
+SET idempotency.max_key_length = 1025;
+:unchanged;
+
+-------------------------------------------------------------------------------
+-- Wrong fences: IK003 for a live leased claim (stale, future, zero,
+-- negative, the largest bigint), and the claim keeps its state
+-------------------------------------------------------------------------------
+SELECT f AS fence,
+       pg_temp.try(format('SELECT idem_finish(''leased'', ''{"by": "wrong"}'', fence => %s)', f)) AS finish,
+       pg_temp.try(format('SELECT idem_fail(''leased'', ''{}'', retryable => true, fence => %s)', f)) AS fail_retryable,
+       pg_temp.try(format('SELECT idem_fail(''leased'', ''{}'', retryable => false, fence => %s)', f)) AS fail_final,
+       pg_temp.try(format('SELECT idem_mark_unknown(''leased'', ''{}'', fence => %s)', f)) AS mark_unknown,
+       pg_temp.try(format('SELECT idem_checkpoint(''leased'', ''p'', fence => %s)', f)) AS checkpoint,
+       pg_temp.try(format('SELECT idem_extend_lease(''leased'', ''1 day'', fence => %s) > now()', f)) AS extend_lease
+  FROM (VALUES ('1'), ('2'), ('3'), ('4'), ('0'), ('-1'), ('9223372036854775807'),
+               ('-9223372036854775808')) AS v(f);
+-- fences on records that are not in progress: an outcome is final (IK002
+-- with the right fence, IK003 with another); an unknown outcome accepts
+-- the right fence only
+SELECT k AS key, f AS fence,
+       pg_temp.try(format('SELECT idem_finish(%L, ''{"by": "wrong"}'', fence => %s)', k, f)) AS finish,
+       pg_temp.try(format('SELECT idem_fail(%L, ''{}'', fence => %s)', k, f)) AS fail,
+       pg_temp.try(format('SELECT idem_checkpoint(%L, ''p'', fence => %s)', k, f)) AS checkpoint
+  FROM (VALUES ('done', '1'), ('done', '2'), ('declined', '1'), ('declined', '0'),
+               ('unsure', '1'), ('unsure', '2'), ('absent', '1')) AS v(k, f);
+:unchanged;
+
+DROP TABLE bim_orders;
+TRUNCATE idempotent_record;
+TRUNCATE idempotency_token;

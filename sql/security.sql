@@ -1,0 +1,223 @@
+-- Security (DESIGN §5.4): the functions run with the caller's privileges and
+-- row level security; none is SECURITY DEFINER.  search_path attacks are
+-- in search_path.sql (records) and tokens.sql (tokens).
+\set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'
+-- errors without CONTEXT: the internal statements are not the contract
+\set VERBOSITY terse
+-- the table's content, to show that refused calls changed nothing
+\set snapshot 'SELECT count(*) AS records, md5(string_agg(format(''%s|%s|%s|%s|%s|%s|%s|%s|%s'', scope, key, status, fingerprint, result, recovery_point, fence, locked_until, expires_at), '','' ORDER BY scope, key)) AS content FROM idempotent_record'
+TRUNCATE idempotent_record;
+
+-------------------------------------------------------------------------------
+-- No extension function is SECURITY DEFINER (README "Reference")
+-------------------------------------------------------------------------------
+SELECT count(*) > 10 AS has_functions,
+       count(*) FILTER (WHERE p.prosecdef) AS security_definer,
+       count(*) FILTER (WHERE p.proisstrict) AS strict
+  FROM pg_proc p
+  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+                  AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid
+ WHERE e.extname = 'idempotency';
+-- the views run with the caller's privileges too, except the counters,
+-- which show aggregates only
+SELECT c.relname, coalesce(c.reloptions, '{}') AS options
+  FROM pg_class c
+  JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid
+                  AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+ WHERE c.relkind = 'v'
+ ORDER BY c.relname;
+
+-------------------------------------------------------------------------------
+-- Row level security on scope (the policy of README "Operations"): one
+-- application role, the tenant in a setting
+-------------------------------------------------------------------------------
+CREATE ROLE regress_sec_app;
+GRANT SELECT, INSERT, UPDATE, DELETE ON idempotent_record TO regress_sec_app;
+GRANT SELECT ON idem_pending TO regress_sec_app;
+ALTER TABLE idempotent_record ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON idempotent_record TO regress_sec_app
+    USING (scope = current_setting('app.tenant'))
+    WITH CHECK (scope = current_setting('app.tenant'));
+
+SET ROLE regress_sec_app;
+-- tenant A: claims, finishes, replays in its own scope
+SET app.tenant = 'tenant_a';
+BEGIN;
+SELECT outcome, fence FROM idem_claim('ord-1', scope => 'tenant_a',
+                                      fingerprint => idem_fingerprint('{"sku": 1}'));
+SELECT idem_finish('ord-1', '{"order_id": 1001, "card": "4242"}', scope => 'tenant_a');
+COMMIT;
+SELECT outcome, result FROM idem_claim('ord-1', scope => 'tenant_a');
+-- ... a leased claim in progress, and a final failure
+SELECT outcome, fence FROM idem_claim('pay-1', scope => 'tenant_a', lease => '1 hour');
+BEGIN;
+SELECT outcome FROM idem_claim('ord-2', scope => 'tenant_a');
+SELECT idem_fail('ord-2', '{"error": "declined"}', retryable => false, scope => 'tenant_a');
+COMMIT;
+
+RESET ROLE;
+:snapshot \gset before_
+SET ROLE regress_sec_app;
+
+-- tenant B aims at tenant A's keys in tenant A's scope.  The records are
+-- invisible to B, so a claim tries to create one, and the policy's WITH
+-- CHECK refuses that: 42501, neither a replay of A's result nor a claim
+SET app.tenant = 'tenant_b';
+SELECT * FROM idem_claim('ord-1', scope => 'tenant_a');
+:sqlstate
+SELECT * FROM idem_claim('ord-1', scope => 'tenant_a', fingerprint => idem_fingerprint('{"sku": 1}'));
+:sqlstate
+SELECT * FROM idem_claim('ord-1', scope => 'tenant_a', wait => false);
+:sqlstate
+SELECT * FROM idem_claim('ord-2', scope => 'tenant_a');
+:sqlstate
+SELECT * FROM idem_claim('pay-1', scope => 'tenant_a', lease => '1 minute');
+:sqlstate
+-- a claim of a key A has never used in A's scope: the same answer, so B
+-- cannot tell A's keys from unused ones
+SELECT * FROM idem_claim('never-used', scope => 'tenant_a');
+:sqlstate
+-- reading: nothing
+SELECT count(*) AS visible FROM idem_lookup('ord-1', 'tenant_a');
+SELECT count(*) AS visible FROM idempotent_record;
+SELECT count(*) AS pending_visible FROM idem_pending;
+-- writing, with or without the fence A's claims hold: IK002 "no record",
+-- the same as for a key that does not exist
+SELECT idem_finish('pay-1', '{"by": "B"}', scope => 'tenant_a', fence => 1);
+:sqlstate
+SELECT idem_finish('pay-1', '{"by": "B"}', scope => 'tenant_a');
+:sqlstate
+SELECT idem_fail('pay-1', '{"by": "B"}', scope => 'tenant_a', fence => 1);
+:sqlstate
+SELECT idem_fail('ord-1', '{"by": "B"}', retryable => true, scope => 'tenant_a', fence => 1);
+:sqlstate
+SELECT idem_mark_unknown('pay-1', '{"by": "B"}', scope => 'tenant_a', fence => 1);
+:sqlstate
+SELECT idem_checkpoint('pay-1', 'by B', scope => 'tenant_a', fence => 1);
+:sqlstate
+SELECT idem_extend_lease('pay-1', '1 day', scope => 'tenant_a', fence => 1);
+:sqlstate
+-- plain SQL is held by the same policy
+UPDATE idempotent_record SET result = '{"by": "B"}' WHERE scope = 'tenant_a';
+DELETE FROM idempotent_record WHERE scope = 'tenant_a';
+INSERT INTO idempotent_record (scope, key, status, created_at, updated_at, expires_at)
+VALUES ('tenant_a', 'planted', 'succeeded', now(), now(), now() + interval '1 day');
+:sqlstate
+-- the same key in B's own scope is B's own record (case_18)
+BEGIN;
+SELECT outcome, fence FROM idem_claim('ord-1', scope => 'tenant_b',
+                                      fingerprint => idem_fingerprint('{"sku": 2}'));
+SELECT idem_finish('ord-1', '{"order_id": 2001}', scope => 'tenant_b');
+COMMIT;
+SELECT outcome, result FROM idem_claim('ord-1', scope => 'tenant_b');
+SELECT scope, key, status FROM idempotent_record;
+-- with the setting reset (to '') the policy admits no tenant's scope
+RESET app.tenant;
+SELECT * FROM idem_claim('ord-1', scope => 'tenant_b');
+:sqlstate
+RESET ROLE;
+
+-- tenant A's records are exactly as they were
+SELECT count(*) AS records, md5(string_agg(format('%s|%s|%s|%s|%s|%s|%s|%s|%s', scope, key, status, fingerprint, result, recovery_point, fence, locked_until, expires_at), ',' ORDER BY scope, key)) = :'before_content' AS unchanged
+  FROM idempotent_record WHERE scope = 'tenant_a';
+SELECT scope, key, status, result, fence FROM idempotent_record ORDER BY scope, key;
+
+-- and A still replays them
+SET ROLE regress_sec_app;
+SET app.tenant = 'tenant_a';
+SELECT outcome, result FROM idem_claim('ord-1', scope => 'tenant_a');
+SELECT outcome, status, result FROM idem_claim('ord-2', scope => 'tenant_a');
+SELECT outcome, status, fence FROM idem_claim('pay-1', scope => 'tenant_a');
+-- idem_pending runs with the caller's policies: A's unknown outcome is
+-- listed for A only
+SELECT idem_mark_unknown('pay-1', '{"provider": "timeout"}', scope => 'tenant_a', fence => 1);
+SELECT scope, key, status FROM idem_pending;
+SET app.tenant = 'tenant_b';
+SELECT scope, key, status FROM idem_pending;
+SET app.tenant = 'tenant_a';
+SELECT idem_finish('pay-1', '{"charge": "ch_a"}', scope => 'tenant_a', fence => 1);
+RESET ROLE;
+RESET app.tenant;
+
+DROP POLICY tenant_isolation ON idempotent_record;
+ALTER TABLE idempotent_record DISABLE ROW LEVEL SECURITY;
+
+-------------------------------------------------------------------------------
+-- A role without privileges on the table: 42501 from every function,
+-- nothing changes
+-------------------------------------------------------------------------------
+CREATE ROLE regress_sec_nobody;
+:snapshot \gset before_
+SET ROLE regress_sec_nobody;
+SELECT * FROM idem_claim('ord-1', scope => 'tenant_a');
+:sqlstate
+SELECT * FROM idem_claim('brand-new');
+:sqlstate
+SELECT * FROM idem_claim('brand-new', wait => false);
+:sqlstate
+SELECT * FROM idem_claim('brand-new', lease => '1 minute');
+:sqlstate
+SELECT idem_finish('pay-1', '{}', scope => 'tenant_a', fence => 1);
+:sqlstate
+SELECT idem_finish('pay-1', '{}', scope => 'tenant_a');
+:sqlstate
+SELECT idem_fail('pay-1', '{}', scope => 'tenant_a', fence => 1);
+:sqlstate
+SELECT idem_mark_unknown('pay-1', '{}', scope => 'tenant_a', fence => 1);
+:sqlstate
+SELECT idem_checkpoint('pay-1', 'x', scope => 'tenant_a', fence => 1);
+:sqlstate
+SELECT idem_extend_lease('pay-1', '1 day', scope => 'tenant_a', fence => 1);
+:sqlstate
+SELECT * FROM idem_lookup('ord-1', 'tenant_a');
+:sqlstate
+SELECT * FROM idem_pending;
+:sqlstate
+SELECT idem_purge(10);
+:sqlstate
+CALL idem_purge_all(10);
+:sqlstate
+SELECT idem_stats_reset();
+:sqlstate
+SELECT idem_token_issue('form');
+:sqlstate
+SELECT idem_token_consume('AAAAAAAAAAAAAAAAAAAAAA', 'form');
+:sqlstate
+-- fingerprints read no table
+SELECT length(idem_fingerprint('{"a": 1}')) AS fingerprint_bytes;
+RESET ROLE;
+SELECT count(*) AS records, md5(string_agg(format('%s|%s|%s|%s|%s|%s|%s|%s|%s', scope, key, status, fingerprint, result, recovery_point, fence, locked_until, expires_at), ',' ORDER BY scope, key)) = :'before_content' AS unchanged
+  FROM idempotent_record;
+
+-- SELECT alone: replays work (a read-only role can answer duplicates),
+-- anything that writes is refused
+CREATE ROLE regress_sec_reader;
+GRANT SELECT ON idempotent_record TO regress_sec_reader;
+SET ROLE regress_sec_reader;
+SELECT outcome, result FROM idem_claim('ord-1', scope => 'tenant_a');
+SELECT * FROM idem_claim('brand-new');
+:sqlstate
+SELECT idem_finish('pay-1', '{}', scope => 'tenant_a', fence => 1);
+:sqlstate
+RESET ROLE;
+SELECT count(*) AS records, md5(string_agg(format('%s|%s|%s|%s|%s|%s|%s|%s|%s', scope, key, status, fingerprint, result, recovery_point, fence, locked_until, expires_at), ',' ORDER BY scope, key)) = :'before_content' AS unchanged
+  FROM idempotent_record;
+
+-- revoking EXECUTE from PUBLIC takes the functions away from a role that
+-- has table privileges (for deployments that grant them one by one)
+REVOKE EXECUTE ON FUNCTION idem_claim(text, text, bytea, interval, boolean, interval) FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON idempotent_record TO regress_sec_nobody;
+SET ROLE regress_sec_nobody;
+SELECT * FROM idem_claim('brand-new');
+:sqlstate
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION idem_claim(text, text, bytea, interval, boolean, interval) TO PUBLIC;
+
+-------------------------------------------------------------------------------
+-- Clean up
+-------------------------------------------------------------------------------
+REVOKE ALL ON idempotent_record FROM regress_sec_app, regress_sec_nobody, regress_sec_reader;
+REVOKE ALL ON idem_pending FROM regress_sec_app;
+DROP ROLE regress_sec_app, regress_sec_nobody, regress_sec_reader;
+TRUNCATE idempotent_record;

@@ -1,0 +1,237 @@
+# Durable across operations (DESIGN §5.6): pg_dump/restore and ALTER
+# EXTENSION UPDATE.
+#
+# 1. Dump and restore.  idempotent_record and idempotency_token are
+#    registered with pg_extension_config_dump, so a dump holds CREATE
+#    EXTENSION and then the rows of both tables.  Restoring the whole dump
+#    into a new database (pg_restore, or psql for a plain dump, also into a
+#    database where the extension was already created: the dump says
+#    CREATE EXTENSION IF NOT EXISTS) gives back every record and token
+#    byte for byte, and claims replay there.
+# 2. Upgrade path.  For every version the extension can be installed at,
+#    create it at that version, ALTER EXTENSION ... UPDATE to the default
+#    version, and compare the extension's objects (pg_describe_object over
+#    pg_depend) and their definitions with a fresh install; records made
+#    at the old version replay after the update.  Today 1.0 is the only
+#    version, so the update is a no-op and the comparison trivially equal;
+#    the first 1.0 -> 1.1 step is checked here without changes to this test.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('dump_upgrade');
+$node->init;
+$node->append_conf('postgresql.conf', "log_statement = none\n");
+$node->start;
+
+# What must survive: finished, failed, leased (taken over once, with a
+# recovery point), unknown; tokens unused and consumed; business rows.
+my $fill = q{
+CREATE TABLE orders (key text PRIMARY KEY, amount int);
+BEGIN;
+SELECT outcome FROM idem_claim('ord-1', scope => 'acct', fingerprint => idem_fingerprint('{"sku": 1}'));
+INSERT INTO orders VALUES ('ord-1', 100);
+SELECT idem_finish('ord-1', '{"order_id": 1, "note": "é 🔑"}', scope => 'acct');
+SELECT outcome FROM idem_claim('ord-2', scope => 'acct');
+SELECT idem_fail('ord-2', '{"error": "declined"}', retryable => false, scope => 'acct');
+COMMIT;
+SELECT outcome FROM idem_claim('pay-1', lease => '1 hour');
+SELECT idem_checkpoint('pay-1', 'charged', fence => 1);
+UPDATE idempotent_record SET locked_until = clock_timestamp() - interval '1 second' WHERE key = 'pay-1';
+SELECT outcome FROM idem_claim('pay-1', lease => '1 hour');
+SELECT outcome FROM idem_claim('pay-2', lease => '1 hour');
+SELECT idem_mark_unknown('pay-2', '{"provider": "timeout"}', fence => 1);
+};
+my $fill_tokens = q{
+CREATE TABLE tokens_issued (name text PRIMARY KEY, token text);
+INSERT INTO tokens_issued VALUES ('unused', idem_token_issue('form', ttl => '1 hour')),
+                                 ('consumed', idem_token_issue('form', ttl => '1 hour'));
+SELECT idem_token_consume(token, 'form') FROM tokens_issued WHERE name = 'consumed';
+};
+my $has_tokens = 0;
+
+# every column of every row, in a stable order
+my $records_digest = q{
+SELECT count(*) || ' ' || md5(string_agg(r::text, ',' ORDER BY scope, key)) FROM idempotent_record r};
+my $tokens_digest = q{
+SELECT count(*) || ' ' || coalesce(md5(string_agg(t::text, ',' ORDER BY scope, token)), '-') FROM idempotency_token t};
+
+# Replays after a restore or an update, in database $db
+sub check_replays
+{
+	my ($db, $what) = @_;
+	is( $node->safe_psql($db,
+			"SELECT outcome || ' ' || (result ->> 'order_id') || ' ' || (result ->> 'note') FROM idem_claim('ord-1', scope => 'acct', fingerprint => idem_fingerprint('{\"sku\": 1.0}'))"),
+		'replay 1 é 🔑', "$what: a finished record replays");
+	my ($rc, $out, $err) = $node->psql($db,
+		"SELECT outcome FROM idem_claim('ord-1', scope => 'acct', fingerprint => idem_fingerprint('{\"sku\": 2}'))");
+	like($err, qr/already used for a different request/, "$what: its fingerprint is still checked (IK001)");
+	is( $node->safe_psql($db,
+			"SELECT outcome || ' ' || status || ' ' || result FROM idem_claim('ord-2', scope => 'acct')"),
+		'replay failed {"error": "declined"}', "$what: a final failure replays");
+	is( $node->safe_psql($db, "SELECT outcome || ' ' || fence FROM idem_claim('pay-1')"),
+		'in_progress 2', "$what: a leased claim is still held by its lease");
+	is( $node->safe_psql($db, "SELECT outcome || ' ' || status FROM idem_claim('pay-2')"),
+		'in_progress unknown', "$what: an unknown outcome still awaits reconciliation");
+	$node->safe_psql($db,
+		"UPDATE idempotent_record SET locked_until = clock_timestamp() - interval '1 second' WHERE key = 'pay-1'");
+	is( $node->safe_psql($db,
+			"SELECT outcome || ' ' || fence || ' ' || recovery_point FROM idem_claim('pay-1', lease => '1 minute')"),
+		'claimed 3 charged', "$what: after its lease it is taken over with fence 3 and its recovery point");
+	($rc, $out, $err) = $node->psql($db, "SELECT idem_finish('pay-1', '{}', fence => 2)");
+	like($err, qr/stale fence/, "$what: the fence of before is stale (IK003)");
+	is( $node->safe_psql($db, q{
+			BEGIN;
+			SELECT outcome FROM idem_claim('new-key');
+			SELECT idem_finish('new-key', '{"new": true}');
+			COMMIT;
+			SELECT outcome FROM idem_claim('new-key');}),
+		"claimed\n\nreplay", "$what: new claims work");
+	if ($has_tokens)
+	{
+		is( $node->safe_psql($db, q{
+				SELECT string_agg(name || '=' || idem_token_consume(token, 'form'), ' ' ORDER BY name)
+				  FROM tokens_issued}),
+			'consumed=false unused=true', "$what: a consumed token stays consumed, an unused one is consumed once");
+	}
+}
+
+###############################################################################
+# 1. dump and restore
+###############################################################################
+$node->safe_psql('postgres', 'CREATE DATABASE src');
+$node->safe_psql('src', 'CREATE EXTENSION idempotency');
+$node->safe_psql('src', $fill);
+$has_tokens = $node->safe_psql('src',
+	"SELECT to_regclass('idempotency_token') IS NOT NULL") eq 't';
+$node->safe_psql('src', $fill_tokens) if $has_tokens;
+my $records = $node->safe_psql('src', $records_digest);
+my $tokens = $has_tokens ? $node->safe_psql('src', $tokens_digest) : '';
+like($records, qr/^4 /, 'the source database holds 4 records');
+
+my $tmp = PostgreSQL::Test::Utils::tempdir;
+$node->command_ok(
+	[ 'pg_dump', '-Fc', '-f', "$tmp/src.dump", '-d', $node->connstr('src') ],
+	'pg_dump -Fc of a database with records and tokens');
+$node->command_ok(
+	[ 'pg_dump', '-Fp', '-f', "$tmp/src.sql", '-d', $node->connstr('src') ],
+	'pg_dump of the same database as plain SQL');
+like(slurp_file("$tmp/src.sql"), qr/COPY public\.idempotent_record /,
+	'the dump holds the rows of idempotent_record (pg_extension_config_dump)');
+
+# a) pg_restore of the whole dump into an empty database
+$node->safe_psql('postgres', 'CREATE DATABASE dst_restore');
+$node->command_ok(
+	[ 'pg_restore', '--exit-on-error', '-d', $node->connstr('dst_restore'), "$tmp/src.dump" ],
+	'pg_restore into a new database');
+# b) the plain dump into a database where the extension was created first
+$node->safe_psql('postgres', 'CREATE DATABASE dst_psql');
+$node->safe_psql('dst_psql', 'CREATE EXTENSION idempotency');
+$node->command_ok(
+	[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-f', "$tmp/src.sql", '-d', $node->connstr('dst_psql') ],
+	'the plain dump restores into a database that has the extension already');
+
+for my $db ('dst_restore', 'dst_psql')
+{
+	is($node->safe_psql($db, $records_digest), $records, "$db: every record restored, byte for byte");
+	is($node->safe_psql($db, $tokens_digest), $tokens, "$db: every token restored, byte for byte")
+	  if $has_tokens;
+	is($node->safe_psql($db, "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'"),
+		$node->safe_psql('src', "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'"),
+		"$db: the extension at the source's version");
+	check_replays($db, $db);
+}
+
+###############################################################################
+# 2. upgrade path
+###############################################################################
+
+# The extension's objects and what defines them, one line each.
+my $objects = q{
+WITH ext AS (SELECT oid FROM pg_extension WHERE extname = 'idempotency'),
+members AS (
+    SELECT d.classid, d.objid, d.objsubid
+      FROM pg_depend d, ext
+     WHERE d.refclassid = 'pg_extension'::regclass AND d.refobjid = ext.oid AND d.deptype = 'e')
+SELECT pg_describe_object(m.classid, m.objid, m.objsubid) || ' | ' ||
+       coalesce(CASE m.classid
+         WHEN 'pg_proc'::regclass THEN
+           (SELECT concat_ws(' ', pg_get_function_result(p.oid), p.prokind, p.provolatile,
+                             p.proparallel, p.prosecdef, p.proisstrict, p.proconfig::text,
+                             p.proacl::text, md5(p.prosrc), p.probin)
+              FROM pg_proc p WHERE p.oid = m.objid)
+         WHEN 'pg_class'::regclass THEN
+           (SELECT concat_ws(' ', c.relkind, c.relacl::text, c.reloptions::text,
+                             (SELECT string_agg(a.attname || ':' || format_type(a.atttypid, a.atttypmod)
+                                                || ':' || a.attnotnull || ':' || coalesce(pg_get_expr(ad.adbin, ad.adrelid), ''),
+                                                ',' ORDER BY a.attnum)
+                                FROM pg_attribute a
+                                LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+                               WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+                             (SELECT string_agg(pg_get_constraintdef(co.oid), ',' ORDER BY co.conname)
+                                FROM pg_constraint co WHERE co.conrelid = c.oid),
+                             (SELECT string_agg(pg_get_indexdef(i.indexrelid), ',' ORDER BY i.indexrelid::regclass::text)
+                                FROM pg_index i WHERE i.indrelid = c.oid),
+                             CASE WHEN c.relkind = 'v' THEN md5(pg_get_viewdef(c.oid)) END)
+              FROM pg_class c WHERE c.oid = m.objid)
+         WHEN 'pg_type'::regclass THEN
+           (SELECT string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder)
+              FROM pg_enum e WHERE e.enumtypid = m.objid)
+       END, '') || ' | ' ||
+       coalesce(obj_description(m.objid, (SELECT relname FROM pg_class WHERE oid = m.classid)), '')
+  FROM members m
+UNION ALL
+SELECT 'config dump | ' || coalesce((SELECT string_agg(c::regclass::text, ',' ORDER BY c::regclass::text)
+                                       FROM unnest(e.extconfig) c), '')
+       || ' | ' || coalesce(e.extcondition::text, '')
+  FROM pg_extension e WHERE e.extname = 'idempotency'
+ORDER BY 1};
+
+my $default_version = $node->safe_psql('postgres',
+	"SELECT default_version FROM pg_available_extensions WHERE name = 'idempotency'");
+my @versions = split /\n/, $node->safe_psql('postgres', q{
+	SELECT version FROM pg_available_extension_versions WHERE name = 'idempotency'
+	 ORDER BY string_to_array(regexp_replace(version, '[^0-9.]', '', 'g'), '.')::int[]});
+ok(@versions >= 1, 'installable versions: ' . join(', ', @versions) . "; default $default_version");
+
+$node->safe_psql('postgres', 'CREATE DATABASE fresh');
+$node->safe_psql('fresh', 'CREATE EXTENSION idempotency');
+my $fresh = $node->safe_psql('fresh', $objects);
+my $n_objects = () = $fresh =~ /\n/g;
+ok($n_objects > 20, "a fresh install has its objects ($n_objects lines)");
+
+# upgrade_path_check(version): create at version, update to the default,
+# compare with the fresh install; returns the differences
+sub upgrade_path_check
+{
+	my ($version) = @_;
+	my $db = "upgrade_from_$version";
+	$db =~ s/\W/_/g;
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db, "CREATE EXTENSION idempotency VERSION '$version'");
+	$node->safe_psql($db, $fill);
+	$node->safe_psql($db, $fill_tokens) if $has_tokens;
+	my $before = $node->safe_psql($db, $records_digest);
+	$node->safe_psql($db, 'ALTER EXTENSION idempotency UPDATE');
+	is($node->safe_psql($db, "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'"),
+		$default_version, "from $version: ALTER EXTENSION UPDATE reaches $default_version");
+	my $upgraded = $node->safe_psql($db, $objects);
+	is($upgraded, $fresh, "from $version: the objects and their definitions equal a fresh install");
+	is($node->safe_psql($db, $records_digest), $before, "from $version: the records are untouched by the update");
+	check_replays($db, "from $version");
+	return $db;
+}
+
+my $db;
+$db = upgrade_path_check($_) for @versions;
+
+# the comparison notices a difference: take one function out of the
+# extension and compare again
+$node->safe_psql($db, 'ALTER EXTENSION idempotency DROP FUNCTION idem_fingerprint(jsonb)');
+isnt($node->safe_psql($db, $objects), $fresh,
+	'the comparison would notice a missing object');
+
+$node->stop;
+done_testing();
