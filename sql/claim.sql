@@ -73,13 +73,14 @@ BEGIN;
 SELECT outcome FROM idem_claim('ttl-default');
 SELECT idem_finish('ttl-default', '{}');
 COMMIT;
-SELECT expires_at - created_at AS retention FROM idempotent_record WHERE key = 'ttl-default';
+-- (recording the outcome restarts the retention: outcome time + ttl)
+SELECT expires_at - updated_at AS retention FROM idempotent_record WHERE key = 'ttl-default';
 SET idempotency.default_ttl = '2h';
 BEGIN;
 SELECT outcome FROM idem_claim('ttl-guc');
 SELECT idem_finish('ttl-guc', '{}');
 COMMIT;
-SELECT expires_at - created_at AS retention FROM idempotent_record WHERE key = 'ttl-guc';
+SELECT expires_at - updated_at AS retention FROM idempotent_record WHERE key = 'ttl-guc';
 RESET idempotency.default_ttl;
 
 -- an expired record counts as absent: claimed again with fence + 1,

@@ -177,7 +177,8 @@ UPDATE gd_accounts SET balance = 90, version = 1 WHERE id = 1 RETURNING id, bala
 -- with the stored and the given version; nothing changes
 UPDATE gd_accounts SET balance = 80, version = 1 WHERE id = 1;
 :sqlstate
-UPDATE gd_accounts SET balance = 80, version = 3 WHERE id = 1;
+-- (version = stored + 1 is the ORM form, accepted: see the end of this file)
+UPDATE gd_accounts SET balance = 80, version = 4 WHERE id = 1;
 :sqlstate
 SELECT id, balance, version FROM gd_accounts WHERE id = 1;
 -- an update that does not set the version carries the stored one: it is a
@@ -248,3 +249,20 @@ SELECT idem_version_guard();
 DROP TABLE gd_orders, gd_jobs, gd_after, gd_bad, gd_accounts, gd_docs, gd_big, gd_vbad CASCADE;
 DROP FUNCTION gd_force(integer, text);
 DROP TYPE gd_job_state;
+
+-- ORM-style optimistic locking: the update carries the next version and
+-- checks the one it read in WHERE (Hibernate @Version, Rails lock_version)
+CREATE TABLE orm_docs (id int PRIMARY KEY, body text, version int NOT NULL DEFAULT 1);
+CREATE TRIGGER orm_docs_version BEFORE UPDATE ON orm_docs
+    FOR EACH ROW EXECUTE FUNCTION idem_version_guard('version');
+INSERT INTO orm_docs VALUES (1, 'draft', 1);
+UPDATE orm_docs SET body = 'first', version = 2 WHERE id = 1 AND version = 1;
+SELECT body, version FROM orm_docs;
+UPDATE orm_docs SET body = 'second', version = version + 1 WHERE id = 1 AND version = 2;
+SELECT body, version FROM orm_docs;
+-- a stale ORM update matches no row; a stale version in SET is refused
+UPDATE orm_docs SET body = 'stale', version = 2 WHERE id = 1 AND version = 1;
+UPDATE orm_docs SET body = 'stale', version = 2 WHERE id = 1;
+UPDATE orm_docs SET body = 'skipped', version = 9 WHERE id = 1;
+SELECT body, version FROM orm_docs;
+DROP TABLE orm_docs;

@@ -197,3 +197,24 @@ SELECT has_function_privilege('regress_idem_app', 'idem_purge(integer)', 'EXECUT
 DROP ROLE regress_idem_app;
 
 TRUNCATE idempotent_record;
+
+-- an outcome recorded after the ttl ran out (a long transaction, a long
+-- lease, a late reconciliation) is kept for a ttl from then on, and
+-- replayed, never claimed again
+TRUNCATE idempotent_record;
+SELECT outcome FROM idem_claim('late-lease', lease => '1 hour', ttl => '1 minute');
+UPDATE idempotent_record SET created_at = created_at - interval '2 minutes',
+                             expires_at = expires_at - interval '2 minutes'
+ WHERE key = 'late-lease';
+SELECT idem_finish('late-lease', '{"late": true}', fence => 1);
+SELECT outcome, result, fence FROM idem_claim('late-lease', lease => '1 hour');
+SELECT expires_at - updated_at AS kept_for FROM idempotent_record WHERE key = 'late-lease';
+SELECT outcome FROM idem_claim('late-unknown', lease => '1 hour', ttl => '1 minute');
+SELECT idem_mark_unknown('late-unknown', '{"timeout": true}', fence => 1);
+UPDATE idempotent_record SET created_at = created_at - interval '1 day',
+                             expires_at = expires_at - interval '1 day'
+ WHERE key = 'late-unknown';
+SELECT outcome, status FROM idem_claim('late-unknown', lease => '1 hour');
+SELECT idem_finish('late-unknown', '{"charge": "ch_9"}', fence => 1);
+SELECT outcome, status, result, fence FROM idem_claim('late-unknown', lease => '1 hour');
+TRUNCATE idempotent_record;

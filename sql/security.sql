@@ -141,6 +141,25 @@ RESET ROLE;
 RESET app.tenant;
 
 DROP POLICY tenant_isolation ON idempotent_record;
+
+-- A policy that hides records but lets the role insert them: the claim
+-- cannot see what its insert runs into, and says so (42501) instead of
+-- retrying for ever; idem_once too
+CREATE POLICY recent_only ON idempotent_record TO regress_sec_app
+    USING (created_at > now() - interval '1 hour') WITH CHECK (true);
+INSERT INTO idempotent_record (scope, key, status, fence, created_at, updated_at, expires_at)
+VALUES ('', 'old-key', 'succeeded', 1, now() - interval '2 hours', now() - interval '2 hours', now() + interval '20 hours');
+SET ROLE regress_sec_app;
+SET statement_timeout = '60s';
+SELECT outcome FROM idem_claim('old-key', lease => '10 seconds');
+:sqlstate
+SELECT idem_once('old-key');
+:sqlstate
+RESET statement_timeout;
+RESET ROLE;
+SELECT status, fence FROM idempotent_record WHERE key = 'old-key';
+DELETE FROM idempotent_record WHERE key = 'old-key';
+DROP POLICY recent_only ON idempotent_record;
 ALTER TABLE idempotent_record DISABLE ROW LEVEL SECURITY;
 
 -------------------------------------------------------------------------------

@@ -259,3 +259,25 @@ DROP TYPE tr_order_status;
 DROP FUNCTION tr_skip();
 DROP SCHEMA tr_evil CASCADE;
 DROP ROLE regress_tr_reader, regress_tr_writer, regress_tr_column, regress_tr_blind;
+
+-- keys of fixed-length types are compared at full length: no char(1) or
+-- bit(1) cast that would match another row
+CREATE TABLE tix (code char(5) PRIMARY KEY, status text);
+INSERT INTO tix VALUES ('A', 'open'), ('ABCDE', 'open');
+SELECT idem_transition('tix', 'ABCDE', 'closed', ARRAY['open']);
+SELECT idem_transition('tix', 'ABCDEFG', 'closed', ARRAY['open']);
+SELECT code, status FROM tix ORDER BY code;
+CREATE TABLE bits (b bit(4) PRIMARY KEY, status text);
+INSERT INTO bits VALUES (B'1010', 'open'), (B'1000', 'open');
+SELECT idem_transition('bits', B'1010', 'closed', ARRAY['open']);
+SELECT b, status FROM bits ORDER BY b;
+DROP TABLE tix, bits;
+
+-- inheritance: the named table's row only, not a child's with the same key
+CREATE TABLE par (id int PRIMARY KEY, status text);
+CREATE TABLE chi (PRIMARY KEY (id)) INHERITS (par);
+INSERT INTO par VALUES (1, 'open');
+INSERT INTO chi VALUES (1, 'open');
+SELECT idem_transition('par', 1, 'closed', ARRAY['open']);
+SELECT tableoid::regclass, id, status FROM par ORDER BY 1;
+DROP TABLE par CASCADE;

@@ -121,36 +121,61 @@ answer_in_progress(ClaimAnswer *a)
 }
 
 /*
- * Is another transaction writing the record of id right now?  If so, and
- * the caller may see that uncommitted record, its fingerprint must match.
+ * Is another transaction writing the record of id right now?  If so, its
+ * uncommitted record's fingerprint must match.
  */
 static bool
 busy_elsewhere(const IdemKey *id, bytea *fingerprint)
 {
 	bytea	   *other_fingerprint;
-	bool		comparable;
 
-	if (!store_probe_uncommitted(id, &other_fingerprint, &comparable))
+	if (!store_probe_uncommitted(id, &other_fingerprint))
 		return false;
-	if (comparable)
-		check_fingerprint(id, other_fingerprint, fingerprint);
+	check_fingerprint(id, other_fingerprint, fingerprint);
 	return true;
 }
+
+/* State of one idem_claim call across its attempts */
+typedef struct ClaimLoop
+{
+	bool		wait;
+	int			lock_timeouts;	/* wait => false writes that would wait */
+	int			hidden;			/* inserts refused by a record not visible */
+} ClaimLoop;
 
 /*
  * A claim write changed nothing.  Usually a concurrent transaction changed
  * the record first: return false to try again.  With wait => false it may
- * instead have refused to wait for a lock: answer in_progress.
+ * instead have refused to wait for a lock: answer in_progress when another
+ * transaction is writing the record, or when an insert keeps timing out
+ * (a wait for something else, such as extending the table, is retried).
  */
 static bool
-write_lost(const IdemKey *id, bytea *fingerprint, bool wait, ClaimAnswer *a)
+write_lost(const IdemKey *id, bytea *fingerprint, ClaimLoop *loop,
+		   bool inserting, ClaimAnswer *a)
 {
-	if (wait)
+	if (loop->wait)
 		idem_count(IDEM_COUNT_WAITS);	/* README "idempotency_stats" */
-	if (wait || !store_write_would_wait())
+	if (loop->wait || !store_write_would_wait())
 		return false;
-	(void) busy_elsewhere(id, fingerprint);
-	return answer_in_progress(a);
+	if (busy_elsewhere(id, fingerprint) || !inserting || ++loop->lock_timeouts >= 3)
+		return answer_in_progress(a);
+	return false;
+}
+
+/*
+ * An insert found a record that no read can see: row level security hides
+ * it from this role but lets it insert.  Retrying would spin.
+ */
+void
+idem_hidden_record_error(const IdemKey *id)
+{
+	ereport(ERROR,
+			errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			errmsg("idempotency record exists but is not visible to this role"),
+			errdetail("Key \"%s\" in scope \"%s\" has a record that row level security hides from the current role.",
+					  id->key, id->scope),
+			errhint("A policy on idempotent_record that hides a scope's records from a role must also refuse that role's inserts into the scope (WITH CHECK)."));
 }
 
 /*
@@ -160,7 +185,7 @@ write_lost(const IdemKey *id, bytea *fingerprint, bool wait, ClaimAnswer *a)
  */
 static bool
 claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
-			  bool wait, ClaimAnswer *a)
+			  ClaimLoop *loop, ClaimAnswer *a)
 {
 	IdemClaimSpec t;
 	IdemRecord	rec;
@@ -169,14 +194,16 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 
 	claim_times(fcinfo, &t);
 
-	if (!wait && busy_elsewhere(id, fingerprint))
+	if (!loop->wait && busy_elsewhere(id, fingerprint))
 		return answer_in_progress(a);
 
 	if (!store_read(id, &rec))
 	{
-		if (!store_insert(id, fingerprint, &t))
-			return write_lost(id, fingerprint, wait, a);
-		return answer_claimed(a, id, &t, 1, NULL);
+		if (store_insert(id, fingerprint, &t))
+			return answer_claimed(a, id, &t, 1, NULL);
+		if (!store_write_would_wait() && ++loop->hidden >= 3)
+			idem_hidden_record_error(id);
+		return write_lost(id, fingerprint, loop, true, a);
 	}
 
 	/*
@@ -194,7 +221,7 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 	if (record_expired(&rec, t.now))
 	{
 		if (!store_reclaim_expired(id, rec.fence, fingerprint, &t, &new_fence))
-			return write_lost(id, fingerprint, wait, a);
+			return write_lost(id, fingerprint, loop, false, a);
 		return answer_claimed(a, id, &t, new_fence, NULL);
 	}
 
@@ -223,7 +250,7 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 
 	/* committed in progress without a live lease: the owner is gone */
 	if (!store_take_over(id, rec.fence, fingerprint, &t, &new_fence))
-		return write_lost(id, fingerprint, wait, a);
+		return write_lost(id, fingerprint, loop, false, a);
 	idem_count(IDEM_COUNT_TAKEOVERS);
 	return answer_claimed(a, id, &t, new_fence, rec.recovery_point);
 }
@@ -247,7 +274,7 @@ idem_claim(PG_FUNCTION_ARGS)
 	IdemKey		id = get_idem_key(fcinfo, CLAIM_KEY, CLAIM_SCOPE, "idem_claim");
 	bytea	   *fingerprint = PG_ARGISNULL(CLAIM_FINGERPRINT) ? NULL :
 		PG_GETARG_BYTEA_PP(CLAIM_FINGERPRINT);
-	bool		wait;
+	ClaimLoop	loop = {0};
 	ClaimAnswer a;
 	IdemClaimSpec t;
 	TupleDesc	desc;
@@ -255,13 +282,13 @@ idem_claim(PG_FUNCTION_ARGS)
 	bool		nulls[6] = {false};
 
 	require_arg(fcinfo, CLAIM_WAIT, "wait", "idem_claim");
-	wait = PG_GETARG_BOOL(CLAIM_WAIT);
+	loop.wait = PG_GETARG_BOOL(CLAIM_WAIT);
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "idem_claim must return a composite type");
 	claim_times(fcinfo, &t);	/* check ttl and lease before anything */
 
-	store_begin(fcinfo->flinfo->fn_oid, !wait);
-	while (!claim_attempt(fcinfo, &id, fingerprint, wait, &a))
+	store_begin(fcinfo->flinfo->fn_oid, !loop.wait);
+	while (!claim_attempt(fcinfo, &id, fingerprint, &loop, &a))
 		CHECK_FOR_INTERRUPTS();
 	store_end();
 	idem_count(a.outcome == OUTCOME_CLAIMED ? IDEM_COUNT_CLAIMS :

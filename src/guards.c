@@ -322,9 +322,10 @@ version_value(HeapTuple tuple, TupleDesc desc, AttrNumber attno, Oid type,
 /*
  * idem_version_guard() RETURNS trigger
  *	  Argument: the version column (default "version"), of type smallint,
- *	  integer or bigint.  BEFORE UPDATE FOR EACH ROW: an update whose new
- *	  version differs from the stored one raises IK006; otherwise the
- *	  version is incremented (a NULL version counts as 0).  Errors: IK006
+ *	  integer or bigint.  BEFORE UPDATE FOR EACH ROW: an update that gives
+ *	  the stored version gets it incremented; one that gives the stored
+ *	  version + 1 (as ORMs do: SET version = read + 1 WHERE version = read)
+ *	  keeps it; any other version raises IK006 (a NULL version counts as 0).  Errors: IK006
  *	  stale version, 22003 version past the type's range, 22023 bad trigger
  *	  argument, 39P01 not fired BEFORE UPDATE FOR EACH ROW.
  */
@@ -378,6 +379,20 @@ idem_version_guard(PG_FUNCTION_ARGS)
 
 	stored = version_value(trigdata->tg_trigtuple, desc, attno, type, &stored_null);
 	given = version_value(trigdata->tg_newtuple, desc, attno, type, &given_null);
+	if (pg_add_s64_overflow(stored, 1, &next) ||
+		(type == INT2OID && next > PG_INT16_MAX) ||
+		(type == INT4OID && next > PG_INT32_MAX))
+		ereport(ERROR,
+				errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				errmsg("version of the row is at the maximum of its type"),
+				errdetail("Column \"%s\" of table \"%s\" stores version " INT64_FORMAT ".",
+						  column, RelationGetRelationName(trigdata->tg_relation), stored),
+				errhint("Use a bigint version column."));
+
+	/* the update already carries the next version, as ORMs send it */
+	if (!given_null && given == next)
+		return PointerGetDatum(trigdata->tg_newtuple);
+
 	if (stored != given || stored_null != given_null)
 		ereport(ERROR,
 				errcode(ERRCODE_IDEM_STALE_VERSION),
@@ -388,15 +403,6 @@ idem_version_guard(PG_FUNCTION_ARGS)
 						  given_null ? "NULL" : psprintf(INT64_FORMAT, given)),
 				errhint("Read the row again and retry with its current version (HTTP 409)."));
 
-	if (pg_add_s64_overflow(stored, 1, &next) ||
-		(type == INT2OID && next > PG_INT16_MAX) ||
-		(type == INT4OID && next > PG_INT32_MAX))
-		ereport(ERROR,
-				errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				errmsg("version of the row is at the maximum of its type"),
-				errdetail("Column \"%s\" of table \"%s\" stores version " INT64_FORMAT ".",
-						  column, RelationGetRelationName(trigdata->tg_relation), stored),
-				errhint("Use a bigint version column."));
 	value = type == INT2OID ? Int16GetDatum((int16) next) :
 		type == INT4OID ? Int32GetDatum((int32) next) : Int64GetDatum(next);
 

@@ -122,9 +122,11 @@ extern int64 store_purge(TimestampTz now, int32 batch_size);
 /* tokens.c: expired single-use tokens, for idem_purge */
 extern int64 tokens_purge(Oid fn, TimestampTz now, int32 batch_size);
 extern bool store_write_would_wait(void);
-extern bool store_probe_uncommitted(const IdemKey *id, bytea **fingerprint,
-									bool *fingerprint_visible);
+extern bool store_probe_uncommitted(const IdemKey *id, bytea **fingerprint);
 extern HeapTuple store_lookup(const IdemKey *id, TimestampTz now);
+
+/* claim.c: an insert met a record that row level security hides */
+extern void idem_hidden_record_error(const IdemKey *id) pg_attribute_noreturn();
 
 /* args.c: argument checks shared by the SQL-callable functions */
 extern void require_arg(FunctionCallInfo fcinfo, int argno,

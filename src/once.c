@@ -21,7 +21,7 @@
  * whether this call is the first.
  */
 static int
-once_attempt(FunctionCallInfo fcinfo, const IdemKey *id)
+once_attempt(FunctionCallInfo fcinfo, const IdemKey *id, int *hidden)
 {
 	IdemClaimSpec t = {.status = IDEM_SUCCEEDED};
 	IdemRecord	rec;
@@ -33,7 +33,13 @@ once_attempt(FunctionCallInfo fcinfo, const IdemKey *id)
 		interval_end(fcinfo, 2, "ttl", t.now);
 
 	if (!store_read(id, &rec))
-		return store_insert(id, NULL, &t) ? 1 : -1;
+	{
+		if (store_insert(id, NULL, &t))
+			return 1;
+		if (++*hidden >= 3)
+			idem_hidden_record_error(id);	/* see claim.c */
+		return -1;
+	}
 	if (!record_expired(&rec, t.now))
 		return 0;
 	return store_reclaim_expired(id, rec.fence, NULL, &t, &new_fence) ? 1 : -1;
@@ -53,12 +59,13 @@ idem_once(PG_FUNCTION_ARGS)
 {
 	IdemKey		id = get_idem_key(fcinfo, 0, 1, "idem_once");
 	int			first;
+	int			hidden = 0;
 
 	if (!PG_ARGISNULL(2))
 		(void) interval_end(fcinfo, 2, "ttl", GetCurrentTimestamp());
 
 	store_begin(fcinfo->flinfo->fn_oid, false);
-	while ((first = once_attempt(fcinfo, &id)) < 0)
+	while ((first = once_attempt(fcinfo, &id, &hidden)) < 0)
 		CHECK_FOR_INTERRUPTS();
 	store_end();
 

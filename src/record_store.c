@@ -108,9 +108,17 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 		" RETURNING fence",
 		8, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, TEXTOID}
 	},
+	/*
+	 * An outcome is answered for at least the claim's ttl after it is
+	 * recorded (expires_at - created_at is that ttl, or more after a
+	 * takeover): a transaction, a lease or a reconciliation that outlasted
+	 * the ttl must not leave an outcome that has expired already.
+	 */
 	[PLAN_SET_OUTCOME] = {
 		"UPDATE %1$s SET status = $4::pg_catalog.text::%2$s.idem_status,"
-		" result = $5, locked_until = NULL, updated_at = $6" WHERE_ID
+		" result = $5, locked_until = NULL, updated_at = $6,"
+		" expires_at = GREATEST(expires_at,"
+		" $6 OPERATOR(pg_catalog.+) (expires_at OPERATOR(pg_catalog.-) created_at))" WHERE_ID
 		" AND fence" EQ "$3" OPEN_STATUS,
 		6, {TEXTOID, TEXTOID, INT8OID, TEXTOID, JSONBOID, TIMESTAMPTZOID}
 	},
@@ -511,14 +519,11 @@ version_replaced(HeapTupleHeader tuple)
  * deleting the record of id?  A plain snapshot cannot see that; the primary
  * key index read with a dirty snapshot can, the way nbtree's unique check
  * finds the transaction to wait for (_bt_check_unique), but without
- * waiting.  When one is found, *fingerprint is its fingerprint, and
- * *fingerprint_visible says whether the caller may compare against it
- * (SELECT privilege on the table).  Callers under row level security are
- * not probed at all.
+ * waiting.  When one is found, *fingerprint is its fingerprint.  Callers
+ * under row level security or without SELECT on the table are not probed.
  */
 bool
-store_probe_uncommitted(const IdemKey *id, bytea **fingerprint,
-						bool *fingerprint_visible)
+store_probe_uncommitted(const IdemKey *id, bytea **fingerprint)
 {
 	Oid			relid = get_relname_relid("idempotent_record", store_namespace);
 	Relation	heap;
@@ -531,17 +536,17 @@ store_probe_uncommitted(const IdemKey *id, bytea **fingerprint,
 	bool		found = false;
 
 	*fingerprint = NULL;
-	*fingerprint_visible = false;
 	if (!OidIsValid(relid))
 		elog(ERROR, "table idempotent_record is missing from the extension's schema");
 
 	/*
-	 * Under row level security the caller may not learn of rows its
-	 * policies hide: no probe.  Its write then meets the policy first, or
+	 * A caller under row level security, or without SELECT on the table,
+	 * may not learn of rows it cannot read: no probe.  Its write then meets the policy first, or
 	 * waits for the other transaction as any INSERT into a unique index
 	 * would (1 ms, see store_exec_claim_write).
 	 */
-	if (check_enable_rls(relid, InvalidOid, true) == RLS_ENABLED)
+	if (check_enable_rls(relid, InvalidOid, true) == RLS_ENABLED ||
+		pg_class_aclcheck(relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
 		return false;
 
 	/* the lock the write after the probe needs: it must not wait for it */
@@ -589,9 +594,6 @@ store_probe_uncommitted(const IdemKey *id, bytea **fingerprint,
 		if (!replaced)
 			break;
 	}
-	if (found)
-		*fingerprint_visible =
-			pg_class_aclcheck(relid, GetUserId(), ACL_SELECT) == ACLCHECK_OK;
 
 	ExecDropSingleTupleTableSlot(slot);
 	index_endscan(scan);

@@ -61,6 +61,8 @@ typedef struct TransitionTarget
 	char	   *status_column;	/* quoted */
 	char	   *pk_column;		/* quoted */
 	Oid			pk_type;		/* type of the primary key column */
+	const char *only;			/* "ONLY ": a plain table's rows, not its
+								 * inheritance children's */
 	char	   *pk_eq;			/* OPERATOR(schema.=) of the key's opclass */
 } TransitionTarget;
 
@@ -93,6 +95,7 @@ resolve_target(Oid relid, const char *status_column, TransitionTarget *t)
 	t->relname = quote_qualified_identifier(nspname, get_rel_name(relid));
 	t->display = psprintf("%s.%s", nspname, get_rel_name(relid));
 
+	t->only = relkind == RELKIND_RELATION ? "ONLY " : "";
 	if (relkind != RELKIND_RELATION && relkind != RELKIND_PARTITIONED_TABLE)
 		ereport(ERROR,
 				errcode(ERRCODE_WRONG_OBJECT_TYPE),
@@ -227,6 +230,18 @@ static const char *const transition_outcome_names[] = {
  *	  a state that is not a value of the column's type, 40001 under
  *	  REPEATABLE READ/SERIALIZABLE when the row changed after the snapshot.
  */
+/*
+ * The key column's type, schema-qualified and without a length: a cast to
+ * char(1) or bit(1) (what "character" and "bit" mean) would truncate the id
+ * and match another row.
+ */
+static char *
+key_type_name(const TransitionTarget *t)
+{
+	return format_type_extended(t->pk_type, -1,
+								FORMAT_TYPE_TYPEMOD_GIVEN | FORMAT_TYPE_FORCE_QUALIFY);
+}
+
 PG_FUNCTION_INFO_V1(idem_transition);
 Datum
 idem_transition(PG_FUNCTION_ARGS)
@@ -280,9 +295,9 @@ idem_transition(PG_FUNCTION_ARGS)
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql,
-					 "SELECT %s::pg_catalog.text FROM %s WHERE %s %s CAST($1 AS %s) FOR UPDATE",
-					 t.status_column, t.relname, t.pk_column, t.pk_eq,
-					 format_type_be_qualified(t.pk_type));
+					 "SELECT %s::pg_catalog.text FROM %s%s WHERE %s %s CAST($1 AS %s) FOR UPDATE",
+					 t.status_column, t.only, t.relname, t.pk_column, t.pk_eq,
+					 key_type_name(&t));
 	rc = SPI_execute_with_args(sql.data, 1, types, values, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
@@ -315,9 +330,9 @@ idem_transition(PG_FUNCTION_ARGS)
 		{
 			resetStringInfo(&sql);
 			appendStringInfo(&sql,
-							 "UPDATE %s SET %s = $2 WHERE %s %s CAST($1 AS %s)",
-							 t.relname, t.status_column, t.pk_column, t.pk_eq,
-							 format_type_be_qualified(t.pk_type));
+							 "UPDATE %s%s SET %s = $2 WHERE %s %s CAST($1 AS %s)",
+							 t.only, t.relname, t.status_column, t.pk_column, t.pk_eq,
+							 key_type_name(&t));
 			rc = SPI_execute_with_args(sql.data, 2, types, values, NULL, false, 0);
 			if (rc != SPI_OK_UPDATE)
 				elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
