@@ -23,7 +23,8 @@ require_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 				errmsg("argument \"%s\" of %s must not be null", argname, fn));
 }
 
-static void
+/* 22023 when a key or scope is longer than idempotency.max_key_length */
+void
 check_length(const char *what, const char *value)
 {
 	int			len = pg_mbstrlen(value);
@@ -60,6 +61,18 @@ get_idem_key(FunctionCallInfo fcinfo, int key_arg, int scope_arg,
 	check_length("key", id.key);
 	check_length("scope", id.scope);
 	return id;
+}
+
+/*
+ * expires_at of a record written at now: now + the ttl at argument argno,
+ * or + idempotency.default_ttl when that argument is NULL.
+ */
+TimestampTz
+ttl_end(FunctionCallInfo fcinfo, int argno, TimestampTz now)
+{
+	if (PG_ARGISNULL(argno))
+		return TimestampTzPlusMilliseconds(now, (int64) idem_default_ttl * 1000);
+	return interval_end(fcinfo, argno, "ttl", now);
 }
 
 /*

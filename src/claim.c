@@ -51,11 +51,7 @@ claim_times(FunctionCallInfo fcinfo, IdemClaimSpec *t)
 {
 	t->status = IDEM_IN_PROGRESS;
 	t->now = GetCurrentTimestamp();
-	if (PG_ARGISNULL(CLAIM_TTL))
-		t->expires_at = TimestampTzPlusMilliseconds(t->now,
-													(int64) idem_default_ttl * 1000);
-	else
-		t->expires_at = interval_end(fcinfo, CLAIM_TTL, "ttl", t->now);
+	t->expires_at = ttl_end(fcinfo, CLAIM_TTL, t->now);
 	t->leased = !PG_ARGISNULL(CLAIM_LEASE);
 	t->locked_until = t->leased ?
 		interval_end(fcinfo, CLAIM_LEASE, "lease", t->now) : 0;

@@ -133,8 +133,10 @@ extern void require_arg(FunctionCallInfo fcinfo, int argno,
 						const char *argname, const char *fn);
 extern IdemKey get_idem_key(FunctionCallInfo fcinfo, int key_arg,
 							int scope_arg, const char *fn);
+extern void check_length(const char *what, const char *value);
 extern TimestampTz interval_end(FunctionCallInfo fcinfo, int argno,
 								const char *argname, TimestampTz now);
+extern TimestampTz ttl_end(FunctionCallInfo fcinfo, int argno, TimestampTz now);
 
 /*
  * record_expired: the rule of record_store.c's EXPIRED() in C.  An expired

@@ -28,9 +28,7 @@ once_attempt(FunctionCallInfo fcinfo, const IdemKey *id, int *hidden)
 	int64		new_fence;
 
 	t.now = GetCurrentTimestamp();
-	t.expires_at = PG_ARGISNULL(2) ?
-		TimestampTzPlusMilliseconds(t.now, (int64) idem_default_ttl * 1000) :
-		interval_end(fcinfo, 2, "ttl", t.now);
+	t.expires_at = ttl_end(fcinfo, 2, t.now);
 
 	if (!store_read(id, &rec))
 	{
@@ -61,8 +59,7 @@ idem_once(PG_FUNCTION_ARGS)
 	int			first;
 	int			hidden = 0;
 
-	if (!PG_ARGISNULL(2))
-		(void) interval_end(fcinfo, 2, "ttl", GetCurrentTimestamp());
+	(void) ttl_end(fcinfo, 2, GetCurrentTimestamp());	/* check it first */
 
 	store_begin(fcinfo->flinfo->fn_oid, false);
 	while ((first = once_attempt(fcinfo, &id, &hidden)) < 0)

@@ -115,19 +115,11 @@ idem_token_issue(PG_FUNCTION_ARGS)
 	char	   *scope;
 	char	   *token;
 	Datum		values[4];
-	int			len;
 
 	require_arg(fcinfo, 0, "scope", "idem_token_issue");
 	require_arg(fcinfo, 1, "ttl", "idem_token_issue");
 	scope = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	len = pg_mbstrlen(scope);
-	if (len > idem_max_key_length)
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("idempotency scope is too long"),
-				errdetail("The scope has %d characters; the limit is %d.",
-						  len, idem_max_key_length),
-				errhint("Use a shorter scope, or raise idempotency.max_key_length."));
+	check_length("scope", scope);
 
 	values[0] = PointerGetDatum(PG_GETARG_TEXT_PP(0));
 	values[2] = TimestampTzGetDatum(now);
