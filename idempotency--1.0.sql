@@ -66,25 +66,34 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.idempotent_record', '');
 -- Functions
 -------------------------------------------------------------------------------
 
+-- idem_claim's row.  A named type rather than OUT parameters: a caller's
+-- FROM idem_claim(...) then gets its row type from the type cache instead of
+-- rebuilding it from pg_proc at every execution.
+CREATE TYPE @extschema@.idem_claim_result AS (
+    outcome        text,
+    status         @extschema@.idem_status,
+    result         jsonb,
+    fence          bigint,
+    recovery_point text,
+    retry_after    interval
+);
+
+COMMENT ON TYPE @extschema@.idem_claim_result IS
+'the row idem_claim returns: outcome (claimed | replay | in_progress), the record''s status, result (stored result or error of a replay), fence, recovery_point (kept on takeover), retry_after (lease time left of an in_progress answer, else NULL)';
+
 CREATE FUNCTION @extschema@.idem_claim(
     key            text,
     scope          text        DEFAULT '',
     fingerprint    bytea       DEFAULT NULL,
     ttl            interval    DEFAULT NULL,
     wait           boolean     DEFAULT true,
-    lease          interval    DEFAULT NULL,
-    OUT outcome        text,
-    OUT status         @extschema@.idem_status,
-    OUT result         jsonb,
-    OUT fence          bigint,
-    OUT recovery_point text,
-    OUT retry_after    interval)
-RETURNS record
+    lease          interval    DEFAULT NULL)
+RETURNS @extschema@.idem_claim_result
 AS 'MODULE_PATHNAME', 'idem_claim'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_claim(text, text, bytea, interval, boolean, interval) IS
-'claim an idempotency key or learn what to replay. Returns one row (outcome text: claimed | replay | in_progress, status idem_status, result jsonb, fence bigint, recovery_point text, retry_after interval). ttl interval (NULL = idempotency.default_ttl) is how long the record answers duplicates; wait => false answers in_progress instead of waiting for another transaction; lease interval (NULL = in-transaction claim) makes a leased claim that commits on its own and holds the key until server time + lease, after which the next claim takes it over (fence + 1, recovery point kept). Errors: IK001 fingerprint differs from the stored one, 22004 NULL key/scope/wait, 22023 empty or over-long key or scope, non-positive ttl or lease, 22008 interval out of range, 40001 duplicate committed after this REPEATABLE READ/SERIALIZABLE snapshot, 40P01 deadlock';
+'claim an idempotency key or learn what to replay. Returns one idem_claim_result row (outcome text: claimed | replay | in_progress, status idem_status, result jsonb, fence bigint, recovery_point text, retry_after interval). ttl interval (NULL = idempotency.default_ttl) is how long the record answers duplicates; wait => false answers in_progress instead of waiting for another transaction; lease interval (NULL = in-transaction claim) makes a leased claim that commits on its own and holds the key until server time + lease, after which the next claim takes it over (fence + 1, recovery point kept). Errors: IK001 fingerprint differs from the stored one, 22004 NULL key/scope/wait, 22023 empty or over-long key or scope, non-positive ttl or lease, 22008 interval out of range, 40001 duplicate committed after this REPEATABLE READ/SERIALIZABLE snapshot, 40P01 deadlock';
 
 CREATE FUNCTION @extschema@.idem_finish(
     key    text,

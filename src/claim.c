@@ -252,6 +252,40 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 }
 
 /*
+ * What idem_claim builds its result row with, kept in fn_extra for the
+ * life of the calling statement: the blessed row type and the values of
+ * its idem_status column.
+ */
+typedef struct ClaimResultType
+{
+	TupleDesc	desc;
+	Datum		status[IDEM_UNKNOWN + 1];
+} ClaimResultType;
+
+static ClaimResultType *
+claim_result_type(FunctionCallInfo fcinfo)
+{
+	ClaimResultType *rt = fcinfo->flinfo->fn_extra;
+	TupleDesc	desc;
+	MemoryContext old;
+
+	if (rt != NULL)
+		return rt;
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "idem_claim must return a composite type");
+	old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+	rt = palloc(sizeof(ClaimResultType));
+	rt->desc = BlessTupleDesc(CreateTupleDescCopy(desc));
+	for (int i = 0; i <= (int) IDEM_UNKNOWN; i++)
+		rt->status[i] = DirectFunctionCall2(enum_in,
+											CStringGetDatum(idem_status_names[i]),
+											ObjectIdGetDatum(TupleDescAttr(desc, 1)->atttypid));
+	MemoryContextSwitchTo(old);
+	fcinfo->flinfo->fn_extra = rt;
+	return rt;
+}
+
+/*
  * idem_claim(key text, scope text, fingerprint bytea, ttl interval,
  *			  wait boolean, lease interval) RETURNS (outcome, status, result,
  *			  fence, recovery_point, retry_after)
@@ -273,14 +307,12 @@ idem_claim(PG_FUNCTION_ARGS)
 	ClaimLoop	loop = {0};
 	ClaimAnswer a;
 	IdemClaimSpec t;
-	TupleDesc	desc;
+	ClaimResultType *rt = claim_result_type(fcinfo);
 	Datum		values[6];
 	bool		nulls[6] = {false};
 
 	require_arg(fcinfo, CLAIM_WAIT, "wait", "idem_claim");
 	loop.wait = PG_GETARG_BOOL(CLAIM_WAIT);
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "idem_claim must return a composite type");
 	claim_times(fcinfo, &t);	/* check ttl and lease before anything */
 
 	store_begin(fcinfo->flinfo->fn_oid, !loop.wait);
@@ -293,9 +325,7 @@ idem_claim(PG_FUNCTION_ARGS)
 	values[0] = CStringGetTextDatum(outcome_names[a.outcome]);
 	if (a.has_record)
 	{
-		values[1] = DirectFunctionCall2(enum_in,
-										CStringGetDatum(idem_status_names[a.status]),
-										ObjectIdGetDatum(TupleDescAttr(desc, 1)->atttypid));
+		values[1] = rt->status[a.status];
 		values[3] = Int64GetDatum(a.fence);
 	}
 	else
@@ -307,7 +337,7 @@ idem_claim(PG_FUNCTION_ARGS)
 	values[5] = PointerGetDatum(a.retry_after);
 	nulls[5] = a.retry_after == NULL;
 
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(rt->desc, values, nulls)));
 }
 
 /*

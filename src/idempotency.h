@@ -26,6 +26,7 @@
 /* GUCs, defined in init.c */
 extern int	idem_default_ttl;		/* seconds */
 extern int	idem_max_key_length;	/* characters */
+extern bool idem_direct_access;	/* record_direct.c may serve the store */
 
 /* Record status: same labels as the SQL enum idem_status */
 typedef enum IdemStatus
@@ -93,10 +94,11 @@ typedef struct IdemClaimSpec
 
 /*
  * record_store.c: every read and write of idempotent_record goes through
- * these calls, so that the planned-SQL path used today can be joined by a
- * direct heap/index path, or a routed one for a distributed table
- * (DESIGN §6).  Calls between store_begin and store_end run in SPI with the
- * caller's privileges; copied-out values live in the caller's context.
+ * these calls, so that planned SQL (which a distributed table can route)
+ * and a direct heap/index path (record_direct.c) can both serve them
+ * (DESIGN §6).  Calls between store_begin and store_end run with the
+ * caller's privileges (SPI is connected when a statement needs it);
+ * copied-out values live in the caller's context.
  */
 extern void store_begin(Oid extension_function, bool nowait);
 extern void store_end(void);
@@ -119,11 +121,35 @@ extern bool store_extend_lease(const IdemKey *id, int64 fence,
 							   TimestampTz locked_until, TimestampTz now);
 extern int64 store_purge(TimestampTz now, int32 batch_size);
 
-/* tokens.c: expired single-use tokens, for idem_purge */
-extern int64 tokens_purge(Oid fn, TimestampTz now, int32 batch_size);
 extern bool store_write_would_wait(void);
 extern bool store_probe_uncommitted(const IdemKey *id, bytea **fingerprint);
 extern HeapTuple store_lookup(const IdemKey *id, TimestampTz now);
+
+/*
+ * record_direct.c: the direct heap/index path behind record_store.c, used
+ * where it behaves as the SQL does (see there); DIRECT_NOT_USED otherwise.
+ */
+typedef enum DirectAnswer
+{
+	DIRECT_NOT_USED = -1,
+	DIRECT_NONE = 0,
+	DIRECT_FOUND = 1
+} DirectAnswer;
+
+extern DirectAnswer direct_read(Oid relid, const IdemKey *id, IdemRecord *rec,
+								MemoryContext context);
+extern DirectAnswer direct_probe_uncommitted(Oid relid, const IdemKey *id,
+											 bytea **fingerprint,
+											 MemoryContext context);
+extern int64 direct_purge(Oid relid, TimestampTz now, int32 batch_size);
+extern DirectAnswer direct_insert(Oid relid, const IdemKey *id,
+								  bytea *fingerprint, const IdemClaimSpec *t);
+extern DirectAnswer direct_set_outcome(Oid relid, const IdemKey *id,
+									   int64 fence, IdemStatus status,
+									   Jsonb *result, TimestampTz now);
+
+/* tokens.c: expired single-use tokens, for idem_purge */
+extern int64 tokens_purge(Oid fn, TimestampTz now, int32 batch_size);
 
 /* claim.c: an insert met a record that row level security hides */
 extern void idem_hidden_record_error(const IdemKey *id) pg_attribute_noreturn();

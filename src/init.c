@@ -14,6 +14,7 @@ PG_MODULE_MAGIC;
 
 int			idem_default_ttl = 86400;
 int			idem_max_key_length = 255;
+bool		idem_direct_access = true;
 
 void		_PG_init(void);
 
@@ -37,6 +38,15 @@ _PG_init(void)
 							PGC_USERSET,
 							0,
 							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("idempotency.direct_access",
+							 "Lets the extension read and purge idempotent_record through its indexes directly.",
+							 "Off: every access is planned SQL, as needed when the table is distributed (Citus).",
+							 &idem_direct_access,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("idempotency");
 

@@ -36,9 +36,9 @@ idem_purge(PG_FUNCTION_ARGS)
 	now = GetCurrentTimestamp();
 	store_begin(fcinfo->flinfo->fn_oid, false);
 	purged = store_purge(now, batch_size);
+	store_end();
 	if (purged < batch_size)
 		purged += tokens_purge(fcinfo->flinfo->fn_oid, now, batch_size - purged);
-	store_end();
 	idem_count_n(IDEM_COUNT_ROWS_PURGED, purged);
 	PG_RETURN_INT64(purged);
 }

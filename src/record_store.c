@@ -1,40 +1,27 @@
 /*
  * record_store.c
- *	  The one interface to the idempotent_record table.  Today every call is
- *	  a saved SPI plan (planned SQL that a distributed table can route), plus
- *	  one direct index probe with a dirty snapshot for wait => false.
+ *	  The one interface to the idempotent_record table.  Every call has a
+ *	  saved SPI plan (planned SQL that a distributed table can route); the
+ *	  hot ones (read, claim insert, outcome, purge) take the direct
+ *	  heap/index path of record_direct.c instead where it behaves the same,
+ *	  and wait => false probes with a dirty snapshot.
  *
  * Every statement names the table, types and operators schema-qualified
  * (comparisons too: an operator = on idem_status in a schema ahead of ours
- * would otherwise win), so the caller's search_path cannot redirect them.  Statements run with the
- * caller's privileges and row level security.
+ * would otherwise win), so the caller's search_path cannot redirect them.
+ * Statements run with the caller's privileges and row level security.
  */
 #include "idempotency.h"
 
-#include "access/genam.h"
-#include "access/heapam.h"
-#include "access/htup_details.h"
-#include "access/transam.h"
-#include "access/nbtree.h"
-#include "access/table.h"
-#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_type_d.h"
-#include "executor/executor.h"
 #include "executor/spi.h"
-#include "executor/tuptable.h"
-#include "miscadmin.h"
-#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "fmgr.h"
-#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
-#include "utils/rel.h"
 #include "utils/resowner.h"
-#include "utils/rls.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 const char *const idem_status_names[] = {"in_progress", "succeeded", "failed", "unknown"};
@@ -168,13 +155,26 @@ static SavedPlans store_plans = {"idempotent_record", plan_defs, NUM_PLANS, plan
 
 /* State of the current store_begin .. store_end bracket */
 static Oid	store_namespace = InvalidOid;
+static Oid	store_table = InvalidOid;	/* idempotent_record, once looked up */
 static MemoryContext caller_context = NULL;
 static bool store_nowait = false;	/* claim writes must not wait */
 static bool write_would_wait = false;	/* ... and the last one would have */
+static bool spi_connected = false;	/* SPI is connected on first use */
+
+static void
+spi_ready(void)
+{
+	if (spi_connected)
+		return;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	spi_connected = true;
+}
 
 static int
 store_exec(StorePlanId id, Datum *values, const char *nulls, int expected)
 {
+	spi_ready();
 	return (int) saved_plan_exec(&store_plans, id, store_namespace, values,
 								 nulls, expected);
 }
@@ -199,6 +199,7 @@ store_exec_claim_write(StorePlanId id, Datum *values, const char *nulls,
 	if (!store_nowait)
 		return store_exec(id, values, nulls, expected);
 
+	spi_ready();				/* outside the subtransaction it outlives */
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(context);
 	PG_TRY();
@@ -251,14 +252,29 @@ store_begin(Oid extension_function, bool nowait)
 	caller_context = CurrentMemoryContext;
 	store_nowait = nowait;
 	store_namespace = get_func_namespace(extension_function);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	store_table = InvalidOid;
+	spi_connected = false;
+}
+
+/* The record table of the current bracket, for the direct path */
+static Oid
+store_relid(void)
+{
+	if (!OidIsValid(store_table))
+	{
+		store_table = get_relname_relid("idempotent_record", store_namespace);
+		if (!OidIsValid(store_table))
+			elog(ERROR, "table idempotent_record is missing from the extension's schema");
+	}
+	return store_table;
 }
 
 void
 store_end(void)
 {
-	SPI_finish();
+	if (spi_connected)
+		SPI_finish();
+	spi_connected = false;
 	caller_context = NULL;
 }
 
@@ -314,6 +330,16 @@ store_read(const IdemKey *id, IdemRecord *rec)
 	bool		isnull;
 	Datum		d;
 
+	switch (direct_read(store_relid(), id, rec, caller_context))
+	{
+		case DIRECT_FOUND:
+			return true;
+		case DIRECT_NONE:
+			return false;
+		case DIRECT_NOT_USED:
+			break;
+	}
+
 	id_values(id, values);
 	if (store_exec(PLAN_READ, values, NULL, SPI_OK_SELECT) == 0)
 		return false;
@@ -344,6 +370,22 @@ store_insert(const IdemKey *id, bytea *fingerprint, const IdemClaimSpec *t)
 {
 	Datum		values[7];
 	char		nulls[7] = "       ";
+
+	/* wait => false keeps its write in the SQL, under a 1 ms lock_timeout */
+	if (!store_nowait)
+	{
+		switch (direct_insert(store_relid(), id, fingerprint, t))
+		{
+			case DIRECT_FOUND:
+				write_would_wait = false;
+				return true;
+			case DIRECT_NONE:
+				write_would_wait = false;
+				return false;
+			case DIRECT_NOT_USED:
+				break;
+		}
+	}
 
 	id_values(id, values);
 	values[2] = PointerGetDatum(fingerprint);
@@ -423,6 +465,16 @@ store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
 {
 	Datum		values[6];
 
+	switch (direct_set_outcome(store_relid(), id, fence, status, result, now))
+	{
+		case DIRECT_FOUND:
+			return true;
+		case DIRECT_NONE:
+			return false;
+		case DIRECT_NOT_USED:
+			break;
+	}
+
 	id_values(id, values);
 	values[2] = Int64GetDatum(fence);
 	values[3] = CStringGetTextDatum(idem_status_names[status]);
@@ -476,7 +528,10 @@ int64
 store_purge(TimestampTz now, int32 batch_size)
 {
 	Datum		values[2];
+	int64		purged = direct_purge(store_relid(), now, batch_size);
 
+	if (purged != DIRECT_NOT_USED)
+		return purged;
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = Int32GetDatum(batch_size);
 	return store_exec(PLAN_PURGE, values, NULL, SPI_OK_DELETE);
@@ -501,103 +556,12 @@ store_lookup(const IdemKey *id, TimestampTz now)
 }
 
 /*
- * Has an update or delete that did not abort replaced this version?  (A
- * lock is no update; an aborted subtransaction's update left the version
- * current.)
- */
-static bool
-version_replaced(HeapTupleHeader tuple)
-{
-	if ((tuple->t_infomask & HEAP_XMAX_INVALID) ||
-		HEAP_XMAX_IS_LOCKED_ONLY(tuple->t_infomask))
-		return false;
-	return !TransactionIdDidAbort(HeapTupleHeaderGetUpdateXid(tuple));
-}
-
-/*
- * Is another transaction, still in progress, inserting, updating or
- * deleting the record of id?  A plain snapshot cannot see that; the primary
- * key index read with a dirty snapshot can, the way nbtree's unique check
- * finds the transaction to wait for (_bt_check_unique), but without
- * waiting.  When one is found, *fingerprint is its fingerprint.  Callers
- * under row level security or without SELECT on the table are not probed.
+ * Is another transaction, still in progress, writing the record of id?  See
+ * direct_probe_uncommitted; callers it may not probe get false.
  */
 bool
 store_probe_uncommitted(const IdemKey *id, bytea **fingerprint)
 {
-	Oid			relid = get_relname_relid("idempotent_record", store_namespace);
-	Relation	heap;
-	Relation	index;
-	SnapshotData dirty;
-	ScanKeyData skey[2];
-	IndexScanDesc scan;
-	TupleTableSlot *slot;
-	AttrNumber	fingerprint_attno;
-	bool		found = false;
-
-	*fingerprint = NULL;
-	if (!OidIsValid(relid))
-		elog(ERROR, "table idempotent_record is missing from the extension's schema");
-
-	/*
-	 * A caller under row level security, or without SELECT on the table,
-	 * may not learn of rows it cannot read: no probe.  Its write then meets the policy first, or
-	 * waits for the other transaction as any INSERT into a unique index
-	 * would (1 ms, see store_exec_claim_write).
-	 */
-	if (check_enable_rls(relid, InvalidOid, true) == RLS_ENABLED ||
-		pg_class_aclcheck(relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
-		return false;
-
-	/* the lock the write after the probe needs: it must not wait for it */
-	heap = table_open(relid, RowExclusiveLock);
-	index = index_open(RelationGetPrimaryKeyIndex(heap), AccessShareLock);
-
-	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_TEXTEQ,
-				CStringGetTextDatum(id->scope));
-	skey[0].sk_collation = index->rd_indcollation[0];
-	ScanKeyInit(&skey[1], 2, BTEqualStrategyNumber, F_TEXTEQ,
-				CStringGetTextDatum(id->key));
-	skey[1].sk_collation = index->rd_indcollation[1];
-
-	InitDirtySnapshot(dirty);
-	scan = index_beginscan(heap, index, &dirty, 2, 0);
-	index_rescan(scan, skey, 2, NULL, 0);
-	slot = table_slot_create(heap, NULL);
-	fingerprint_attno = get_attnum(relid, "fingerprint");
-
-	/*
-	 * A transaction writing the record shows several versions: the old one
-	 * (its xmax running), and each version it wrote (its xmin running; the
-	 * dirty snapshot does not look at their xmax).  The fingerprint that
-	 * counts is that of the version no live update or delete has replaced.
-	 */
-	while (index_getnext_slot(scan, ForwardScanDirection, slot))
-	{
-		HeapTuple	tuple;
-		bool		replaced;
-		bool		isnull;
-		Datum		d;
-		MemoryContext old;
-
-		if (!TransactionIdIsValid(dirty.xmin) && !TransactionIdIsValid(dirty.xmax))
-			continue;			/* committed and untouched */
-		tuple = ExecFetchSlotHeapTuple(slot, false, NULL);
-		replaced = version_replaced(tuple->t_data);
-		if (found && replaced)
-			continue;
-		found = true;
-		d = slot_getattr(slot, fingerprint_attno, &isnull);
-		old = MemoryContextSwitchTo(caller_context);
-		*fingerprint = isnull ? NULL : DatumGetByteaPCopy(d);
-		MemoryContextSwitchTo(old);
-		if (!replaced)
-			break;
-	}
-
-	ExecDropSingleTupleTableSlot(slot);
-	index_endscan(scan);
-	index_close(index, AccessShareLock);
-	table_close(heap, NoLock);
-	return found;
+	return direct_probe_uncommitted(store_relid(), id, fingerprint,
+									caller_context) == DIRECT_FOUND;
 }

@@ -180,15 +180,20 @@ idem_token_consume(PG_FUNCTION_ARGS)
 }
 
 /*
- * Delete up to batch_size tokens expired at now, for idem_purge (inside
- * its SPI connection); returns how many.
+ * Delete up to batch_size tokens expired at now, for idem_purge; returns
+ * how many.
  */
 int64
 tokens_purge(Oid fn, TimestampTz now, int32 batch_size)
 {
 	Datum		values[2];
+	int64		purged;
 
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = Int32GetDatum(batch_size);
-	return (int64) token_exec(fn, TOKEN_PLAN_PURGE, values, SPI_OK_DELETE);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	purged = (int64) token_exec(fn, TOKEN_PLAN_PURGE, values, SPI_OK_DELETE);
+	SPI_finish();
+	return purged;
 }

@@ -3,7 +3,7 @@
 -- their signatures, strictness, volatility and security, pg_dump
 -- registration and the comments on every object.
 BEGIN;
-SELECT plan(75);
+SELECT plan(77);
 
 -------------------------------------------------------------------------------
 -- idem_status
@@ -62,14 +62,18 @@ SELECT col_is_pk('idempotent_record', ARRAY['scope', 'key'], 'the primary key of
 -------------------------------------------------------------------------------
 SELECT has_function('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean', 'interval'],
     'function idem_claim(text, text, bytea, interval, boolean, interval) exists');
-SELECT function_returns('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean', 'interval'], 'record',
-    'idem_claim returns a record');
+SELECT function_returns('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean', 'interval'], 'idem_claim_result',
+    'idem_claim returns an idem_claim_result');
 SELECT is(pg_get_function_arguments('idem_claim(text, text, bytea, interval, boolean, interval)'::regprocedure),
     'key text, scope text DEFAULT ''''::text, fingerprint bytea DEFAULT NULL::bytea, '
-    'ttl interval DEFAULT NULL::interval, wait boolean DEFAULT true, lease interval DEFAULT NULL::interval, '
-    'OUT outcome text, OUT status idem_status, OUT result jsonb, OUT fence bigint, '
-    'OUT recovery_point text, OUT retry_after interval',
-    'idem_claim takes (key, scope => '''', fingerprint => NULL, ttl => NULL, wait => true, lease => NULL) and returns (outcome, status, result, fence, recovery_point, retry_after)');
+    'ttl interval DEFAULT NULL::interval, wait boolean DEFAULT true, lease interval DEFAULT NULL::interval',
+    'idem_claim takes (key, scope => '''', fingerprint => NULL, ttl => NULL, wait => true, lease => NULL)');
+SELECT is(
+    (SELECT pg_catalog.string_agg(a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum)
+       FROM pg_catalog.pg_attribute a
+      WHERE a.attrelid = 'idem_claim_result'::regclass AND a.attnum > 0 AND NOT a.attisdropped),
+    'outcome text, status idem_status, result jsonb, fence bigint, recovery_point text, retry_after interval',
+    'idem_claim_result is (outcome, status, result, fence, recovery_point, retry_after)');
 
 SELECT has_function('idem_finish', ARRAY['text', 'jsonb', 'text', 'bigint'],
     'function idem_finish(text, jsonb, text, bigint) exists');
@@ -180,7 +184,7 @@ SELECT set_has(
        WHERE d.refclassid = 'pg_catalog.pg_extension'::regclass
          AND d.refobjid = (SELECT oid FROM pg_catalog.pg_extension WHERE extname = 'idempotency')
          AND d.deptype = 'e'$$,
-    $$VALUES ('type idem_status'), ('table idempotent_record'),
+    $$VALUES ('type idem_status'), ('type idem_claim_result'), ('table idempotent_record'),
              ('function idem_claim(text,text,bytea,interval,boolean,interval)'),
              ('function idem_finish(text,jsonb,text,bigint)'),
              ('function idem_fail(text,jsonb,boolean,text,bigint)'),
@@ -202,6 +206,8 @@ SELECT is(
 -------------------------------------------------------------------------------
 SELECT isnt(obj_description('idem_status'::regtype, 'pg_type'), NULL,
     'type idem_status has a COMMENT');
+SELECT isnt(obj_description('idem_claim_result'::regtype, 'pg_type'), NULL,
+    'type idem_claim_result has a COMMENT');
 SELECT isnt(obj_description('idempotent_record'::regclass, 'pg_class'), NULL,
     'table idempotent_record has a COMMENT');
 SELECT is_empty(

@@ -1,0 +1,215 @@
+-- The direct heap/index path (record_direct.c) against the planned SQL it
+-- stands in for: the same scenario run with idempotency.direct_access on
+-- and off must give the same answers, SERIALIZABLE reads must take the same
+-- kind of predicate locks, and whatever the SQL would do beyond the row
+-- change (triggers, a constraint or default added to the table, a missing
+-- privilege) must leave the work to the SQL.
+\set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'
+TRUNCATE idempotent_record;
+SHOW idempotency.direct_access;
+
+-- Every claim answer, replay and purge count of one scenario, as lines.
+-- It runs in a block that ends with an error, so everything it wrote is
+-- rolled back and the next run starts from the same table.
+CREATE FUNCTION direct_scenario() RETURNS SETOF text
+LANGUAGE plpgsql AS $$
+DECLARE
+    lines text[] := '{}';
+    big   jsonb := jsonb_build_object('blob', repeat('x', 100000));
+    r     record;
+BEGIN
+    BEGIN
+        -- new key, finish, replay, another request with the same key
+        SELECT * INTO r FROM idem_claim('k1', scope => 's', fingerprint => '\x01');
+        lines := lines || format('claim k1: %s %s fence %s', r.outcome, r.status, r.fence);
+        PERFORM idem_finish('k1', '{"n": 1}', scope => 's');
+        SELECT * INTO r FROM idem_claim('k1', scope => 's', fingerprint => '\x01');
+        lines := lines || format('again k1: %s %s %s', r.outcome, r.status, r.result);
+        BEGIN
+            PERFORM idem_claim('k1', scope => 's', fingerprint => '\x02');
+        EXCEPTION WHEN OTHERS THEN
+            lines := lines || format('other request k1: %s', SQLSTATE);
+        END;
+        -- a second claim of our own open claim, in the same statement (the
+        -- key depends on v.i so that idem_claim runs once per row)
+        SELECT string_agg(c.outcome, ',' ORDER BY v.i) AS outcomes INTO r
+          FROM (VALUES (1), (2)) AS v(i),
+               LATERAL idem_claim(left('twice' || v.i, 5)) AS c;
+        lines := lines || format('twice in one statement: %s', r.outcomes);
+        PERFORM idem_fail('twice', '{"e": 1}', retryable => false);
+        SELECT * INTO r FROM idem_claim('twice');
+        lines := lines || format('twice failed: %s %s %s', r.outcome, r.status, r.result);
+        -- an outcome left unknown, then reconciled with the fence
+        PERFORM idem_claim('u', lease => '1 hour');
+        PERFORM idem_mark_unknown('u', '{"timeout": true}', fence => 1);
+        SELECT * INTO r FROM idem_claim('u');
+        lines := lines || format('unknown u: %s %s', r.outcome, r.status);
+        PERFORM idem_finish('u', '{"reconciled": true}', fence => 1);
+        SELECT * INTO r FROM idem_claim('u');
+        lines := lines || format('reconciled u: %s %s %s', r.outcome, r.status, r.result);
+        BEGIN
+            PERFORM idem_finish('u', '{"again": true}', fence => 1);
+        EXCEPTION WHEN OTHERS THEN
+            lines := lines || format('finish u again: %s', SQLSTATE);
+        END;
+        lines := lines || format('once m: %s then %s', idem_once('m'), idem_once('m'));
+        -- a live lease, an expired record, an abandoned claim
+        SELECT * INTO r FROM idem_claim('L', lease => '1 hour');
+        SELECT * INTO r FROM idem_claim('L');
+        lines := lines || format('leased L: %s %s retry_after %s', r.outcome, r.status,
+                                 r.retry_after > interval '59 minutes');
+        INSERT INTO idempotent_record (key, status, result, fence, created_at, updated_at, expires_at)
+        VALUES ('old', 'succeeded', '{"old": true}', 4, now() - interval '2 days', now(), now() - interval '1 day');
+        SELECT * INTO r FROM idem_claim('old');
+        lines := lines || format('expired old: %s %s fence %s result %s', r.outcome, r.status, r.fence, r.result);
+        PERFORM idem_finish('old', '{"new": true}');
+        INSERT INTO idempotent_record (key, status, recovery_point, fence, locked_until, created_at, updated_at, expires_at)
+        VALUES ('gone', 'in_progress', 'charged', 2, now() - interval '1 minute', now(), now(), now() + interval '1 day');
+        SELECT * INTO r FROM idem_claim('gone', lease => '1 minute');
+        lines := lines || format('abandoned gone: %s fence %s recovery point %s', r.outcome, r.fence, r.recovery_point);
+        -- a TOASTed result replays whole
+        PERFORM idem_claim('big');
+        PERFORM idem_finish('big', big);
+        SELECT * INTO r FROM idem_claim('big');
+        lines := lines || format('big: %s, same result %s', r.outcome, r.result = big);
+        SELECT * INTO r FROM idem_lookup('big');
+        lines := lines || format('lookup big: %s fence %s', r.status, r.fence);
+        -- purge: expired records go; unknown and live leases stay
+        INSERT INTO idempotent_record (key, status, fence, locked_until, created_at, updated_at, expires_at)
+        SELECT 'p' || i, CASE i WHEN 4 THEN 'unknown' ELSE 'succeeded' END::idem_status, 1,
+               CASE i WHEN 5 THEN now() + interval '1 hour' END,
+               now() - interval '2 days', now(), now() - interval '1 day' * i
+          FROM generate_series(1, 5) AS i;
+        lines := lines || format('purge 2: %s', idem_purge(2));
+        lines := lines || format('purge 10: %s', idem_purge(10));
+        SELECT string_agg(key, ',' ORDER BY key) AS keys INTO r
+          FROM idempotent_record WHERE key LIKE 'p_';
+        lines := lines || format('left after purge: %s', r.keys);
+        RAISE EXCEPTION USING ERRCODE = 'IKXXX';
+    EXCEPTION WHEN SQLSTATE 'IKXXX' THEN
+        NULL;
+    END;
+    RETURN QUERY SELECT unnest(lines);
+END
+$$;
+
+SET idempotency.direct_access = on;
+CREATE TEMP TABLE seen_direct AS SELECT row_number() OVER () AS n, l FROM direct_scenario() AS l;
+SET idempotency.direct_access = off;
+CREATE TEMP TABLE seen_sql AS SELECT row_number() OVER () AS n, l FROM direct_scenario() AS l;
+RESET idempotency.direct_access;
+SELECT l FROM seen_direct ORDER BY n;
+-- the same lines, line for line
+SELECT count(*) AS lines, count(*) FILTER (WHERE d.l IS DISTINCT FROM s.l) AS differing
+  FROM seen_direct d FULL JOIN seen_sql s USING (n);
+-- nothing of the scenario was kept
+SELECT count(*) FROM idempotent_record;
+
+-- SERIALIZABLE: the read of a claim takes predicate locks (from the index
+-- and table access methods) as the SQL's index scan does
+INSERT INTO idempotent_record (key, status, result, fence, created_at, updated_at, expires_at)
+VALUES ('ser', 'succeeded', '{}', 1, now(), now(), now() + interval '1 day');
+SET idempotency.direct_access = on;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT outcome FROM idem_claim('ser');
+SELECT locktype, relation::regclass FROM pg_locks
+ WHERE mode = 'SIReadLock' AND pid = pg_backend_pid() ORDER BY 1, 2;
+COMMIT;
+SET idempotency.direct_access = off;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT outcome FROM idem_claim('ser');
+SELECT locktype, relation::regclass FROM pg_locks
+ WHERE mode = 'SIReadLock' AND pid = pg_backend_pid() ORDER BY 1, 2;
+COMMIT;
+RESET idempotency.direct_access;
+
+-- purge of a table with a DELETE trigger: the SQL runs and fires it
+TRUNCATE idempotent_record;
+CREATE TABLE purged_log (key text);
+CREATE FUNCTION log_purged() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO purged_log VALUES (OLD.key);
+    RETURN OLD;
+END $$;
+CREATE TRIGGER log_purged AFTER DELETE ON idempotent_record
+    FOR EACH ROW EXECUTE FUNCTION log_purged();
+INSERT INTO idempotent_record (key, status, fence, created_at, updated_at, expires_at)
+SELECT 't' || i, 'succeeded', 1, now() - interval '2 days', now(), now() - interval '1 day'
+  FROM generate_series(1, 3) AS i;
+SELECT idem_purge(10);
+SELECT key FROM purged_log ORDER BY key;
+DROP TRIGGER log_purged ON idempotent_record;
+DROP FUNCTION log_purged();
+DROP TABLE purged_log;
+
+-- without the expires_at index purge also falls back to the SQL
+INSERT INTO idempotent_record (key, status, fence, created_at, updated_at, expires_at)
+VALUES ('noindex', 'succeeded', 1, now() - interval '2 days', now(), now() - interval '1 day');
+BEGIN;
+DROP INDEX idempotent_record_expires_at_idx;
+SELECT idem_purge(10);
+ROLLBACK;
+
+-- writes with more to do than the row change run as SQL: a trigger fires
+CREATE TABLE written_log (op text, key text, status idem_status);
+CREATE FUNCTION log_written() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO written_log VALUES (TG_OP, NEW.key, NEW.status);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER log_written AFTER INSERT OR UPDATE ON idempotent_record
+    FOR EACH ROW EXECUTE FUNCTION log_written();
+BEGIN;
+SELECT outcome FROM idem_claim('trig');
+SELECT idem_finish('trig', '{}');
+COMMIT;
+SELECT op, key, status FROM written_log ORDER BY op;
+DROP TRIGGER log_written ON idempotent_record;
+DROP FUNCTION log_written();
+DROP TABLE written_log;
+
+-- ... a CHECK constraint added to the table is enforced
+\set VERBOSITY terse
+BEGIN;
+ALTER TABLE idempotent_record ADD CONSTRAINT no_test_keys CHECK (key NOT LIKE 'test-%');
+SELECT outcome FROM idem_claim('test-1');
+:sqlstate
+ROLLBACK;
+\set VERBOSITY default
+
+-- ... a column added with a default gets it
+BEGIN;
+ALTER TABLE idempotent_record ADD COLUMN origin text DEFAULT 'api';
+SELECT outcome FROM idem_claim('with-default');
+SELECT key, origin FROM idempotent_record WHERE key = 'with-default';
+ROLLBACK;
+
+-- ... and a role lacking one of the privileges a write needs is refused
+-- (42501): here purge without DELETE, finish without UPDATE
+CREATE ROLE regress_direct_partial;
+GRANT SELECT, INSERT ON idempotent_record TO regress_direct_partial;
+GRANT EXECUTE ON FUNCTION idem_purge(integer) TO regress_direct_partial;
+INSERT INTO idempotent_record (key, status, fence, created_at, updated_at, expires_at)
+VALUES ('expired', 'succeeded', 1, now() - interval '2 days', now(), now() - interval '1 day');
+SET ROLE regress_direct_partial;
+\set VERBOSITY terse
+SELECT idem_purge(10);
+:sqlstate
+BEGIN;
+SELECT outcome FROM idem_claim('partial');
+SELECT idem_finish('partial', '{}');
+:sqlstate
+ROLLBACK;
+\set VERBOSITY default
+RESET ROLE;
+SELECT key FROM idempotent_record ORDER BY key;
+REVOKE ALL ON idempotent_record FROM regress_direct_partial;
+REVOKE ALL ON FUNCTION idem_purge(integer) FROM regress_direct_partial;
+DROP ROLE regress_direct_partial;
+
+-- the setting is a boolean
+SET idempotency.direct_access = 'sometimes';
+:sqlstate
+
+DROP FUNCTION direct_scenario();
+TRUNCATE idempotent_record;

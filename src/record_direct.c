@@ -1,0 +1,767 @@
+/*
+ * record_direct.c
+ *	  The direct heap/index path of record_store.c (DESIGN §6): reads of
+ *	  idempotent_record through its primary key index, the dirty-snapshot
+ *	  probe of wait => false, a claim's insert (speculative insertion, as
+ *	  INSERT ... ON CONFLICT DO NOTHING), the update that records an
+ *	  outcome, and purge's deletes through the expires_at index, without
+ *	  planning or executor start-up.
+ *
+ * It is taken only where it behaves exactly as the planned SQL it replaces:
+ * the caller has the table privileges, no row level security applies to
+ * it, a write has nothing more to do than the row change (see
+ * write_allowed), and idempotency.direct_access is
+ * on (it must be off for a record table that Citus distributes: the
+ * coordinator's table is an empty shell).  Otherwise the functions here
+ * answer DIRECT_NOT_USED and record_store.c runs the SQL.  Visibility,
+ * predicate locks (SERIALIZABLE), statistics and WAL come from the table and
+ * index access methods, as they do under the executor.
+ */
+#include "idempotency.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/nbtree.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/transam.h"
+#include "access/xact.h"
+#include "catalog/pg_enum.h"
+#include "executor/executor.h"
+#include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/rls.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+
+/* Attribute numbers of the columns the direct path reads */
+typedef struct RecordColumns
+{
+	AttrNumber	scope;
+	AttrNumber	key;
+	AttrNumber	status;
+	AttrNumber	fingerprint;
+	AttrNumber	result;
+	AttrNumber	recovery_point;
+	AttrNumber	fence;
+	AttrNumber	locked_until;
+	AttrNumber	created_at;
+	AttrNumber	updated_at;
+	AttrNumber	expires_at;
+} RecordColumns;
+
+#define RECORD_NUM_COLUMNS 11
+
+static AttrNumber
+column_number(TupleDesc desc, const char *name)
+{
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!att->attisdropped && strcmp(NameStr(att->attname), name) == 0)
+			return att->attnum;
+	}
+	elog(ERROR, "column \"%s\" is missing from idempotent_record", name);
+	return InvalidAttrNumber;	/* keep compiler quiet */
+}
+
+static void
+record_columns(Relation heap, RecordColumns *c)
+{
+	TupleDesc	desc = RelationGetDescr(heap);
+
+	c->scope = column_number(desc, "scope");
+	c->key = column_number(desc, "key");
+	c->status = column_number(desc, "status");
+	c->fingerprint = column_number(desc, "fingerprint");
+	c->result = column_number(desc, "result");
+	c->recovery_point = column_number(desc, "recovery_point");
+	c->fence = column_number(desc, "fence");
+	c->locked_until = column_number(desc, "locked_until");
+	c->created_at = column_number(desc, "created_at");
+	c->updated_at = column_number(desc, "updated_at");
+	c->expires_at = column_number(desc, "expires_at");
+}
+
+/*
+ * May the direct path act for the current user with the given privileges?
+ * Row level security (even row_security = off, which makes the SQL raise
+ * an error) and a missing privilege (the SQL raises 42501 with the
+ * details) leave the work to the SQL.
+ */
+static bool
+direct_allowed(Relation heap, AclMode privileges)
+{
+	Oid			relid = RelationGetRelid(heap);
+
+	/* every one of the privileges (pg_class_aclcheck accepts any one) */
+	return idem_direct_access &&
+		check_enable_rls(relid, InvalidOid, true) == RLS_NONE &&
+		pg_class_aclmask(relid, GetUserId(), privileges, ACLMASK_ALL) == privileges;
+}
+
+/* Scan keys for (scope, key) on the primary key index */
+static void
+pk_scan_keys(Relation index, const IdemKey *id, ScanKey skey)
+{
+	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_TEXTEQ,
+				CStringGetTextDatum(id->scope));
+	skey[0].sk_collation = index->rd_indcollation[0];
+	ScanKeyInit(&skey[1], 2, BTEqualStrategyNumber, F_TEXTEQ,
+				CStringGetTextDatum(id->key));
+	skey[1].sk_collation = index->rd_indcollation[1];
+}
+
+/*
+ * The snapshot a statement run through SPI would get: our own earlier
+ * writes made visible, then a new snapshot under READ COMMITTED (the
+ * transaction's under REPEATABLE READ and SERIALIZABLE).
+ */
+static Snapshot
+statement_snapshot(void)
+{
+	CommandCounterIncrement();
+	return RegisterSnapshot(GetTransactionSnapshot());
+}
+
+/* idem_status label of an enum value of the status column */
+static IdemStatus
+status_of(Oid enum_value)
+{
+	HeapTuple	tup = SearchSysCache1(ENUMOID, ObjectIdGetDatum(enum_value));
+	IdemStatus	status = IDEM_UNKNOWN;
+	bool		found = false;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "invalid idem_status value %u", enum_value);
+	for (int i = 0; i <= (int) IDEM_UNKNOWN; i++)
+		if (strcmp(NameStr(((Form_pg_enum) GETSTRUCT(tup))->enumlabel),
+				   idem_status_names[i]) == 0)
+		{
+			status = (IdemStatus) i;
+			found = true;
+		}
+	ReleaseSysCache(tup);
+	if (!found)
+		elog(ERROR, "unknown idem_status value %u", enum_value);
+	return status;
+}
+
+/* The idem_status value (enum Oid) of status in the table's status column */
+static Oid
+status_value(Relation heap, const RecordColumns *c, IdemStatus status)
+{
+	Oid			typid = TupleDescAttr(RelationGetDescr(heap), c->status - 1)->atttypid;
+	Oid			value = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
+										ObjectIdGetDatum(typid),
+										CStringGetDatum(idem_status_names[status]));
+
+	if (!OidIsValid(value))
+		elog(ERROR, "idem_status has no value \"%s\"", idem_status_names[status]);
+	return value;
+}
+
+/* A varlena column copied (and detoasted) into context, or NULL */
+static void *
+varlena_copy(TupleTableSlot *slot, AttrNumber attno, MemoryContext context)
+{
+	bool		isnull;
+	Datum		d = slot_getattr(slot, attno, &isnull);
+	MemoryContext old;
+	void	   *copy;
+
+	if (isnull)
+		return NULL;
+	old = MemoryContextSwitchTo(context);
+	copy = PG_DETOAST_DATUM_COPY(d);
+	MemoryContextSwitchTo(old);
+	return copy;
+}
+
+/*
+ * store_read's direct path: the record of id as a new statement's snapshot
+ * sees it, copied into context.  Returns DIRECT_FOUND, DIRECT_NONE or
+ * DIRECT_NOT_USED.
+ */
+DirectAnswer
+direct_read(Oid relid, const IdemKey *id, IdemRecord *rec, MemoryContext context)
+{
+	Relation	heap = table_open(relid, AccessShareLock);
+	Relation	index;
+	RecordColumns col;
+	ScanKeyData skey[2];
+	Snapshot	snapshot;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	DirectAnswer answer = DIRECT_NONE;
+
+	if (!direct_allowed(heap, ACL_SELECT))
+	{
+		table_close(heap, AccessShareLock);
+		return DIRECT_NOT_USED;
+	}
+	record_columns(heap, &col);
+	index = index_open(RelationGetPrimaryKeyIndex(heap), AccessShareLock);
+	pk_scan_keys(index, id, skey);
+	snapshot = statement_snapshot();
+	scan = index_beginscan(heap, index, snapshot, 2, 0);
+	index_rescan(scan, skey, 2, NULL, 0);
+	slot = table_slot_create(heap, NULL);
+
+	if (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		Datum		d;
+		MemoryContext old;
+
+		answer = DIRECT_FOUND;
+		rec->status = status_of(DatumGetObjectId(slot_getattr(slot, col.status, &isnull)));
+		rec->fingerprint = varlena_copy(slot, col.fingerprint, context);
+		rec->result = varlena_copy(slot, col.result, context);
+		d = slot_getattr(slot, col.recovery_point, &isnull);
+		old = MemoryContextSwitchTo(context);
+		rec->recovery_point = isnull ? NULL : TextDatumGetCString(d);
+		MemoryContextSwitchTo(old);
+		rec->fence = DatumGetInt64(slot_getattr(slot, col.fence, &isnull));
+		rec->locked_until = DatumGetTimestampTz(slot_getattr(slot, col.locked_until, &isnull));
+		rec->has_lease = !isnull;
+		rec->expires_at = DatumGetTimestampTz(slot_getattr(slot, col.expires_at, &isnull));
+	}
+
+	ExecDropSingleTupleTableSlot(slot);
+	index_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	index_close(index, AccessShareLock);
+	table_close(heap, NoLock);
+	return answer;
+}
+
+/*
+ * Has an update or delete that did not abort replaced this version?  (A
+ * lock is no update; an aborted subtransaction's update left the version
+ * current.)
+ */
+static bool
+version_replaced(HeapTupleHeader tuple)
+{
+	if ((tuple->t_infomask & HEAP_XMAX_INVALID) ||
+		HEAP_XMAX_IS_LOCKED_ONLY(tuple->t_infomask))
+		return false;
+	return !TransactionIdDidAbort(HeapTupleHeaderGetUpdateXid(tuple));
+}
+
+/*
+ * Is another transaction, still in progress, inserting, updating or
+ * deleting the record of id?  A plain snapshot cannot see that; the primary
+ * key index read with a dirty snapshot can, the way nbtree's unique check
+ * finds the transaction to wait for (_bt_check_unique), but without
+ * waiting.  When one is found, *fingerprint (in context) is its
+ * fingerprint.  Returns DIRECT_NOT_USED for callers that may not read the
+ * table directly: they must not learn of rows they cannot read, so they are
+ * not probed (their write then meets the policy first, or waits 1 ms for
+ * the other transaction, see store_exec_claim_write).
+ */
+DirectAnswer
+direct_probe_uncommitted(Oid relid, const IdemKey *id, bytea **fingerprint,
+						 MemoryContext context)
+{
+	/* the lock the write after the probe needs: it must not wait for it */
+	Relation	heap = table_open(relid, RowExclusiveLock);
+	Relation	index;
+	SnapshotData dirty;
+	ScanKeyData skey[2];
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	AttrNumber	fingerprint_attno;
+	DirectAnswer answer = DIRECT_NONE;
+
+	*fingerprint = NULL;
+	if (!direct_allowed(heap, ACL_SELECT))
+	{
+		table_close(heap, NoLock);
+		return DIRECT_NOT_USED;
+	}
+	fingerprint_attno = column_number(RelationGetDescr(heap), "fingerprint");
+	index = index_open(RelationGetPrimaryKeyIndex(heap), AccessShareLock);
+	pk_scan_keys(index, id, skey);
+	InitDirtySnapshot(dirty);
+	scan = index_beginscan(heap, index, &dirty, 2, 0);
+	index_rescan(scan, skey, 2, NULL, 0);
+	slot = table_slot_create(heap, NULL);
+
+	/*
+	 * A transaction writing the record shows several versions: the old one
+	 * (its xmax running), and each version it wrote (its xmin running; the
+	 * dirty snapshot does not look at their xmax).  The fingerprint that
+	 * counts is that of the version no live update or delete has replaced.
+	 */
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		replaced;
+
+		if (!TransactionIdIsValid(dirty.xmin) && !TransactionIdIsValid(dirty.xmax))
+			continue;			/* committed and untouched */
+		replaced = version_replaced(ExecFetchSlotHeapTuple(slot, false, NULL)->t_data);
+		if (answer == DIRECT_FOUND && replaced)
+			continue;
+		answer = DIRECT_FOUND;
+		*fingerprint = varlena_copy(slot, fingerprint_attno, context);
+		if (!replaced)
+			break;
+	}
+
+	ExecDropSingleTupleTableSlot(slot);
+	index_endscan(scan);
+	index_close(index, AccessShareLock);
+	table_close(heap, NoLock);
+	return answer;
+}
+
+/* The single-column index on expires_at that purge walks, or NULL */
+static Relation
+expires_at_index(Relation heap, AttrNumber expires_at)
+{
+	List	   *indexes = RelationGetIndexList(heap);
+	ListCell   *lc;
+	Relation	found = NULL;
+
+	foreach(lc, indexes)
+	{
+		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
+
+		if (index->rd_rel->relam == BTREE_AM_OID &&
+			index->rd_index->indnatts == 1 &&
+			index->rd_index->indkey.values[0] == expires_at &&
+			index->rd_index->indisvalid && index->rd_indpred == NIL)
+		{
+			found = index;
+			break;
+		}
+		index_close(index, AccessShareLock);
+	}
+	list_free(indexes);
+	return found;
+}
+
+/*
+ * store_purge's direct path: delete up to batch_size records expired at
+ * now, oldest first, walking the expires_at index.  A record that another
+ * transaction is writing or locking, or changed since the snapshot, is
+ * skipped, never waited for (what FOR UPDATE SKIP LOCKED does in the SQL,
+ * without writing a row lock before each delete).  Returns how many went,
+ * or DIRECT_NOT_USED.
+ */
+int64
+direct_purge(Oid relid, TimestampTz now, int32 batch_size)
+{
+	Relation	heap = table_open(relid, RowExclusiveLock);
+	Relation	index;
+	RecordColumns col;
+	ScanKeyData skey;
+	Snapshot	snapshot;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	CommandId	cid;
+	Oid			unknown;
+	int64		purged = 0;
+
+	/* the SQL's DELETE would fire triggers and rules: leave it to the SQL */
+	if (!direct_allowed(heap, ACL_SELECT | ACL_DELETE) ||
+		heap->trigdesc != NULL || heap->rd_rules != NULL)
+	{
+		table_close(heap, NoLock);
+		return DIRECT_NOT_USED;
+	}
+	record_columns(heap, &col);
+	index = expires_at_index(heap, col.expires_at);
+	if (index == NULL)
+	{
+		table_close(heap, NoLock);
+		return DIRECT_NOT_USED;
+	}
+	/* a table published for deletes must say how to identify its rows */
+	CheckCmdReplicaIdentity(heap, CMD_DELETE);
+	unknown = status_value(heap, &col, IDEM_UNKNOWN);
+
+	ScanKeyInit(&skey, 1, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE,
+				TimestampTzGetDatum(now));
+	snapshot = statement_snapshot();
+	cid = GetCurrentCommandId(true);
+	scan = index_beginscan(heap, index, snapshot, 1, 0);
+	index_rescan(scan, &skey, 1, NULL, 0);
+	slot = table_slot_create(heap, NULL);
+
+	while (purged < batch_size &&
+		   index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		TimestampTz locked_until;
+		TM_FailureData tmfd;
+		TM_Result	result;
+
+		/* EXPIRED() of record_store.c: not unknown, no live lease */
+		CHECK_FOR_INTERRUPTS();
+		if (DatumGetObjectId(slot_getattr(slot, col.status, &isnull)) == unknown)
+			continue;
+		locked_until = DatumGetTimestampTz(slot_getattr(slot, col.locked_until, &isnull));
+		if (!isnull && locked_until > now)
+			continue;
+
+		result = table_tuple_delete(heap, &slot->tts_tid, cid, snapshot,
+									InvalidSnapshot, false, &tmfd, false);
+		if (result == TM_Ok)
+			purged++;
+		else if (result == TM_Invisible)
+			elog(ERROR, "attempted to delete invisible tuple");
+		/* being written, locked or changed by another transaction: skipped */
+	}
+
+	ExecDropSingleTupleTableSlot(slot);
+	index_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	index_close(index, AccessShareLock);
+	table_close(heap, NoLock);
+	return purged;
+}
+
+/*
+ * Writes.  Where the SQL would do more than the row change itself — fire
+ * triggers or rules, check a row level security policy, compute a
+ * generated column, fill a default, or evaluate a CHECK constraint added
+ * after the install script — the direct path is not taken.  The install
+ * script's own CHECK constraints (key <> '', fence > 0) hold by
+ * construction: keys are checked before any write (22023) and fences
+ * start at 1 and only grow.  NOT NULL columns are always given.
+ */
+static const char *const own_checks[] = {
+	"idempotent_record_key_check", "idempotent_record_fence_check"
+};
+
+static bool
+write_allowed(Relation heap, AclMode privileges, const RecordColumns *c)
+{
+	TupleDesc	desc = RelationGetDescr(heap);
+	TupleConstr *constr = desc->constr;
+	int			columns = 0;
+
+	if (!direct_allowed(heap, privileges) ||
+		heap->trigdesc != NULL || heap->rd_rules != NULL)
+		return false;
+	for (int i = 0; i < desc->natts; i++)
+		if (!TupleDescAttr(desc, i)->attisdropped)
+			columns++;
+	/* a column added to the table may have a default the SQL would fill */
+	if (columns != RECORD_NUM_COLUMNS ||
+		TupleDescAttr(desc, c->result - 1)->atthasdef ||
+		TupleDescAttr(desc, c->recovery_point - 1)->atthasdef)
+		return false;
+	if (constr == NULL)
+		return true;
+	if (constr->has_generated_stored)
+		return false;
+	for (int i = 0; i < constr->num_check; i++)
+	{
+		bool		own = false;
+
+		for (int j = 0; j < (int) lengthof(own_checks); j++)
+			own |= strcmp(constr->check[i].ccname, own_checks[j]) == 0;
+		if (!own)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * What the executor keeps for writing one table: the relation as result
+ * relation with its indexes open (with the unique-check information of
+ * speculative insertion when speculative), and a snapshot as a statement
+ * of its own would have.
+ */
+typedef struct DirectWrite
+{
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;		/* of the table's own slot type */
+} DirectWrite;
+
+static void
+direct_write_begin(DirectWrite *w, Relation heap, bool speculative,
+				   Bitmapset *updated)
+{
+	RangeTblEntry *rte = makeNode(RangeTblEntry);
+
+	/* the range table says which columns an update changes (index hints) */
+	rte->rtekind = RTE_RELATION;
+	rte->relid = RelationGetRelid(heap);
+	rte->relkind = heap->rd_rel->relkind;
+	rte->rellockmode = RowExclusiveLock;
+	rte->updatedCols = updated;
+	w->estate = CreateExecutorState();
+	ExecInitRangeTable(w->estate, list_make1(rte));
+	w->rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(w->rri, heap, 1, NULL, 0);
+	ExecOpenIndices(w->rri, speculative);
+	w->estate->es_output_cid = GetCurrentCommandId(true);
+	w->estate->es_snapshot = statement_snapshot();
+	w->slot = ExecInitExtraTupleSlot(w->estate, RelationGetDescr(heap),
+									 table_slot_callbacks(heap));
+}
+
+static void
+direct_write_end(DirectWrite *w)
+{
+	UnregisterSnapshot(w->estate->es_snapshot);
+	ExecCloseIndices(w->rri);
+	ExecResetTupleTable(w->estate->es_tupleTable, false);
+	FreeExecutorState(w->estate);
+}
+
+/*
+ * ON CONFLICT DO NOTHING met a committed record: under REPEATABLE READ and
+ * SERIALIZABLE it must be visible to the snapshot, or the transaction
+ * could act on a record it cannot see (40001, as nodeModifyTable.c's
+ * ExecCheckTIDVisible raises; a record of our own transaction is fine).
+ */
+static void
+check_conflict_visible(DirectWrite *w, ItemPointer tid)
+{
+	Relation	heap = w->rri->ri_RelationDesc;
+	bool		isnull;
+
+	if (!IsolationUsesXactSnapshot())
+		return;
+	if (!table_tuple_fetch_row_version(heap, tid, SnapshotAny, w->slot))
+		elog(ERROR, "failed to fetch conflicting idempotency record");
+	if (!table_tuple_satisfies_snapshot(heap, w->slot, w->estate->es_snapshot) &&
+		!TransactionIdIsCurrentTransactionId(DatumGetTransactionId(
+			slot_getsysattr(w->slot, MinTransactionIdAttributeNumber, &isnull))))
+		ereport(ERROR,
+				errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				errmsg("could not serialize access due to concurrent update"));
+	ExecClearTuple(w->slot);
+}
+
+/*
+ * store_insert's direct path: INSERT ... ON CONFLICT (scope, key) DO
+ * NOTHING of a new claim, by speculative insertion as the executor does it
+ * (pre-check of the primary key, which waits for an uncommitted duplicate;
+ * insert with a speculative token; index entries; confirm, or kill the
+ * tuple and start over when a duplicate slipped in between).  Returns
+ * DIRECT_FOUND when inserted, DIRECT_NONE when a committed record holds the
+ * key, DIRECT_NOT_USED.
+ */
+DirectAnswer
+direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
+			  const IdemClaimSpec *t)
+{
+	Relation	heap = table_open(relid, RowExclusiveLock);
+	RecordColumns col;
+	DirectWrite w;
+	List	   *arbiter;
+	TupleTableSlot *slot;
+	DirectAnswer answer = DIRECT_FOUND;
+
+	record_columns(heap, &col);
+	if (!write_allowed(heap, ACL_INSERT, &col))
+	{
+		table_close(heap, NoLock);
+		return DIRECT_NOT_USED;
+	}
+	direct_write_begin(&w, heap, true, NULL);
+	arbiter = list_make1_oid(RelationGetPrimaryKeyIndex(heap));
+
+	slot = ExecInitExtraTupleSlot(w.estate, RelationGetDescr(heap),
+								  table_slot_callbacks(heap));
+	ExecClearTuple(slot);
+	memset(slot->tts_isnull, true, RelationGetDescr(heap)->natts * sizeof(bool));
+#define SET(attno, value) \
+	(slot->tts_values[(attno) - 1] = (value), slot->tts_isnull[(attno) - 1] = false)
+	SET(col.scope, CStringGetTextDatum(id->scope));
+	SET(col.key, CStringGetTextDatum(id->key));
+	SET(col.status, ObjectIdGetDatum(status_value(heap, &col, t->status)));
+	if (fingerprint != NULL)
+		SET(col.fingerprint, PointerGetDatum(fingerprint));
+	SET(col.fence, Int64GetDatum(1));
+	if (t->leased)
+		SET(col.locked_until, TimestampTzGetDatum(t->locked_until));
+	SET(col.created_at, TimestampTzGetDatum(t->now));
+	SET(col.updated_at, TimestampTzGetDatum(t->now));
+	SET(col.expires_at, TimestampTzGetDatum(t->expires_at));
+#undef SET
+	ExecStoreVirtualTuple(slot);
+
+	for (;;)
+	{
+		ItemPointerData conflict;
+		uint32		token;
+		bool		lost_race = false;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!ExecCheckIndexConstraints(w.rri, slot, w.estate, &conflict, arbiter))
+		{
+			check_conflict_visible(&w, &conflict);
+			answer = DIRECT_NONE;
+			break;
+		}
+		token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
+		table_tuple_insert_speculative(heap, slot, w.estate->es_output_cid, 0,
+									   NULL, token);
+		list_free(ExecInsertIndexTuples(w.rri, slot, w.estate, false, true,
+										&lost_race, arbiter));
+		table_tuple_complete_speculative(heap, slot, token, !lost_race);
+		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
+		if (!lost_race)
+			break;
+	}
+
+	direct_write_end(&w);
+	table_close(heap, NoLock);
+	return answer;
+}
+
+/*
+ * store_set_outcome's direct path: the UPDATE of PLAN_SET_OUTCOME in
+ * record_store.c, to the version of the record a new statement snapshot
+ * sees, if it still carries fence and has no final outcome.  A version
+ * that a concurrent transaction replaced is handled as UPDATE handles it:
+ * 40001 under REPEATABLE READ and SERIALIZABLE, else the newest version is
+ * read and judged again (what EvalPlanQual does).  Returns DIRECT_FOUND
+ * when updated, DIRECT_NONE when no such record, DIRECT_NOT_USED.
+ */
+DirectAnswer
+direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
+				   IdemStatus status, Jsonb *result, TimestampTz now)
+{
+	Relation	heap = table_open(relid, RowExclusiveLock);
+	Relation	index;
+	RecordColumns col;
+	ScanKeyData skey[2];
+	Oid			in_progress;
+	Oid			unknown;
+	Bitmapset  *updated = NULL;
+	AttrNumber	changed[5];
+	DirectAnswer answer = DIRECT_NOT_USED;
+
+	record_columns(heap, &col);
+	changed[0] = col.status;
+	changed[1] = col.result;
+	changed[2] = col.locked_until;
+	changed[3] = col.updated_at;
+	changed[4] = col.expires_at;
+	if (!write_allowed(heap, ACL_SELECT | ACL_UPDATE, &col))
+	{
+		table_close(heap, NoLock);
+		return DIRECT_NOT_USED;
+	}
+	/* a table published for updates must say how to identify its rows */
+	CheckCmdReplicaIdentity(heap, CMD_UPDATE);
+	in_progress = status_value(heap, &col, IDEM_IN_PROGRESS);
+	unknown = status_value(heap, &col, IDEM_UNKNOWN);
+	for (int i = 0; i < (int) lengthof(changed); i++)
+		updated = bms_add_member(updated, changed[i] - FirstLowInvalidHeapAttributeNumber);
+	index = index_open(RelationGetPrimaryKeyIndex(heap), AccessShareLock);
+	pk_scan_keys(index, id, skey);
+
+	while (answer == DIRECT_NOT_USED)
+	{
+		DirectWrite w;
+		IndexScanDesc scan;
+		TupleTableSlot *old;
+		TupleTableSlot *new;
+		TupleDesc	desc = RelationGetDescr(heap);
+		Oid			stored_status;
+		Datum		expires_at;
+		Datum		kept_for;
+		TM_FailureData tmfd;
+		LockTupleMode lockmode;
+		bool		update_indexes;
+		bool		isnull;
+
+		CHECK_FOR_INTERRUPTS();
+		direct_write_begin(&w, heap, false, updated);
+		old = w.slot;
+		scan = index_beginscan(heap, index, w.estate->es_snapshot, 2, 0);
+		index_rescan(scan, skey, 2, NULL, 0);
+		if (!index_getnext_slot(scan, ForwardScanDirection, old))
+			answer = DIRECT_NONE;
+		index_endscan(scan);
+		if (answer == DIRECT_NONE)
+		{
+			direct_write_end(&w);
+			break;
+		}
+		stored_status = DatumGetObjectId(slot_getattr(old, col.status, &isnull));
+		if (DatumGetInt64(slot_getattr(old, col.fence, &isnull)) != fence ||
+			(stored_status != in_progress && stored_status != unknown))
+		{
+			answer = DIRECT_NONE;
+			direct_write_end(&w);
+			break;
+		}
+
+		/*
+		 * The new version: status, result, no lease, updated_at, and
+		 * expires_at = GREATEST(expires_at, now + (expires_at -
+		 * created_at)), computed with the same operators as the SQL.
+		 */
+		new = ExecInitExtraTupleSlot(w.estate, desc, table_slot_callbacks(heap));
+		slot_getallattrs(old);
+		ExecClearTuple(new);
+		memcpy(new->tts_values, old->tts_values, desc->natts * sizeof(Datum));
+		memcpy(new->tts_isnull, old->tts_isnull, desc->natts * sizeof(bool));
+		expires_at = old->tts_values[col.expires_at - 1];
+		kept_for = DirectFunctionCall2(timestamp_mi, expires_at,
+									   old->tts_values[col.created_at - 1]);
+		expires_at = TimestampTzGetDatum(Max(DatumGetTimestampTz(expires_at),
+											 DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+																					 TimestampTzGetDatum(now), kept_for))));
+		new->tts_values[col.status - 1] = ObjectIdGetDatum(status_value(heap, &col, status));
+		new->tts_values[col.result - 1] = JsonbPGetDatum(result);
+		new->tts_isnull[col.result - 1] = false;
+		new->tts_isnull[col.locked_until - 1] = true;
+		new->tts_values[col.updated_at - 1] = TimestampTzGetDatum(now);
+		new->tts_values[col.expires_at - 1] = expires_at;
+		ExecStoreVirtualTuple(new);
+		ExecMaterializeSlot(new);
+
+		switch (table_tuple_update(heap, &old->tts_tid, new,
+								   w.estate->es_output_cid,
+								   w.estate->es_snapshot, InvalidSnapshot,
+								   true, &tmfd, &lockmode, &update_indexes))
+		{
+			case TM_Ok:
+				if (update_indexes)
+					list_free(ExecInsertIndexTuples(w.rri, new, w.estate, true,
+													false, NULL, NIL));
+				answer = DIRECT_FOUND;
+				break;
+			case TM_SelfModified:
+				/* changed by a later command of ours: not this statement's */
+				answer = DIRECT_NONE;
+				break;
+			case TM_Updated:
+			case TM_Deleted:
+				if (IsolationUsesXactSnapshot())
+					ereport(ERROR,
+							errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+							errmsg("could not serialize access due to concurrent update"));
+				break;			/* judge the newest version */
+			default:
+				elog(ERROR, "unexpected result updating an idempotency record");
+		}
+		direct_write_end(&w);
+	}
+
+	index_close(index, AccessShareLock);
+	table_close(heap, NoLock);
+	return answer;
+}
