@@ -35,6 +35,7 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/rls.h"
@@ -74,11 +75,41 @@ column_number(TupleDesc desc, const char *name)
 	return InvalidAttrNumber;	/* keep compiler quiet */
 }
 
-static void
-record_columns(Relation heap, RecordColumns *c)
+/*
+ * The table's column numbers and idem_status values, computed once per
+ * table and again after any change to it (a relcache invalidation).
+ */
+typedef struct RecordLayout
 {
-	TupleDesc	desc = RelationGetDescr(heap);
+	Oid			relid;			/* InvalidOid until computed */
+	RecordColumns col;
+	Oid			status_value[IDEM_UNKNOWN + 1];
+} RecordLayout;
 
+static RecordLayout layout;
+
+static void
+layout_invalidate(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == layout.relid)
+		layout.relid = InvalidOid;
+}
+
+static const RecordLayout *
+record_layout(Relation heap)
+{
+	static bool callback_registered = false;
+	TupleDesc	desc = RelationGetDescr(heap);
+	RecordColumns *c = &layout.col;
+
+	if (layout.relid == RelationGetRelid(heap))
+		return &layout;
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(layout_invalidate, (Datum) 0);
+		callback_registered = true;
+	}
+	layout.relid = InvalidOid;
 	c->scope = column_number(desc, "scope");
 	c->key = column_number(desc, "key");
 	c->status = column_number(desc, "status");
@@ -90,6 +121,17 @@ record_columns(Relation heap, RecordColumns *c)
 	c->created_at = column_number(desc, "created_at");
 	c->updated_at = column_number(desc, "updated_at");
 	c->expires_at = column_number(desc, "expires_at");
+	for (int i = 0; i <= (int) IDEM_UNKNOWN; i++)
+	{
+		layout.status_value[i] =
+			GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
+							ObjectIdGetDatum(TupleDescAttr(desc, c->status - 1)->atttypid),
+							CStringGetDatum(idem_status_names[i]));
+		if (!OidIsValid(layout.status_value[i]))
+			elog(ERROR, "idem_status has no value \"%s\"", idem_status_names[i]);
+	}
+	layout.relid = RelationGetRelid(heap);
+	return &layout;
 }
 
 /*
@@ -133,41 +175,15 @@ statement_snapshot(void)
 	return RegisterSnapshot(GetTransactionSnapshot());
 }
 
-/* idem_status label of an enum value of the status column */
+/* The IdemStatus of an idem_status value read from the table */
 static IdemStatus
-status_of(Oid enum_value)
+status_of(const RecordLayout *l, Datum value)
 {
-	HeapTuple	tup = SearchSysCache1(ENUMOID, ObjectIdGetDatum(enum_value));
-	IdemStatus	status = IDEM_UNKNOWN;
-	bool		found = false;
-
-	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "invalid idem_status value %u", enum_value);
 	for (int i = 0; i <= (int) IDEM_UNKNOWN; i++)
-		if (strcmp(NameStr(((Form_pg_enum) GETSTRUCT(tup))->enumlabel),
-				   idem_status_names[i]) == 0)
-		{
-			status = (IdemStatus) i;
-			found = true;
-		}
-	ReleaseSysCache(tup);
-	if (!found)
-		elog(ERROR, "unknown idem_status value %u", enum_value);
-	return status;
-}
-
-/* The idem_status value (enum Oid) of status in the table's status column */
-static Oid
-status_value(Relation heap, const RecordColumns *c, IdemStatus status)
-{
-	Oid			typid = TupleDescAttr(RelationGetDescr(heap), c->status - 1)->atttypid;
-	Oid			value = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
-										ObjectIdGetDatum(typid),
-										CStringGetDatum(idem_status_names[status]));
-
-	if (!OidIsValid(value))
-		elog(ERROR, "idem_status has no value \"%s\"", idem_status_names[status]);
-	return value;
+		if (l->status_value[i] == DatumGetObjectId(value))
+			return (IdemStatus) i;
+	elog(ERROR, "unknown idem_status value %u", DatumGetObjectId(value));
+	return IDEM_UNKNOWN;		/* keep compiler quiet */
 }
 
 /* A varlena column copied (and detoasted) into context, or NULL */
@@ -197,6 +213,7 @@ direct_read(Oid relid, const IdemKey *id, IdemRecord *rec, MemoryContext context
 {
 	Relation	heap = table_open(relid, AccessShareLock);
 	Relation	index;
+	const RecordLayout *l;
 	RecordColumns col;
 	ScanKeyData skey[2];
 	Snapshot	snapshot;
@@ -209,7 +226,8 @@ direct_read(Oid relid, const IdemKey *id, IdemRecord *rec, MemoryContext context
 		table_close(heap, AccessShareLock);
 		return DIRECT_NOT_USED;
 	}
-	record_columns(heap, &col);
+	l = record_layout(heap);
+	col = l->col;
 	index = index_open(RelationGetPrimaryKeyIndex(heap), AccessShareLock);
 	pk_scan_keys(index, id, skey);
 	snapshot = statement_snapshot();
@@ -224,7 +242,7 @@ direct_read(Oid relid, const IdemKey *id, IdemRecord *rec, MemoryContext context
 		MemoryContext old;
 
 		answer = DIRECT_FOUND;
-		rec->status = status_of(DatumGetObjectId(slot_getattr(slot, col.status, &isnull)));
+		rec->status = status_of(l, slot_getattr(slot, col.status, &isnull));
 		rec->fingerprint = varlena_copy(slot, col.fingerprint, context);
 		rec->result = varlena_copy(slot, col.result, context);
 		d = slot_getattr(slot, col.recovery_point, &isnull);
@@ -290,7 +308,7 @@ direct_probe_uncommitted(Oid relid, const IdemKey *id, bytea **fingerprint,
 		table_close(heap, NoLock);
 		return DIRECT_NOT_USED;
 	}
-	fingerprint_attno = column_number(RelationGetDescr(heap), "fingerprint");
+	fingerprint_attno = record_layout(heap)->col.fingerprint;
 	index = index_open(RelationGetPrimaryKeyIndex(heap), AccessShareLock);
 	pk_scan_keys(index, id, skey);
 	InitDirtySnapshot(dirty);
@@ -365,6 +383,7 @@ direct_purge(Oid relid, TimestampTz now, int32 batch_size)
 {
 	Relation	heap = table_open(relid, RowExclusiveLock);
 	Relation	index;
+	const RecordLayout *l;
 	RecordColumns col;
 	ScanKeyData skey;
 	Snapshot	snapshot;
@@ -381,7 +400,8 @@ direct_purge(Oid relid, TimestampTz now, int32 batch_size)
 		table_close(heap, NoLock);
 		return DIRECT_NOT_USED;
 	}
-	record_columns(heap, &col);
+	l = record_layout(heap);
+	col = l->col;
 	index = expires_at_index(heap, col.expires_at);
 	if (index == NULL)
 	{
@@ -390,7 +410,7 @@ direct_purge(Oid relid, TimestampTz now, int32 batch_size)
 	}
 	/* a table published for deletes must say how to identify its rows */
 	CheckCmdReplicaIdentity(heap, CMD_DELETE);
-	unknown = status_value(heap, &col, IDEM_UNKNOWN);
+	unknown = l->status_value[IDEM_UNKNOWN];
 
 	ScanKeyInit(&skey, 1, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE,
 				TimestampTzGetDatum(now));
@@ -564,13 +584,15 @@ direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
 			  const IdemClaimSpec *t)
 {
 	Relation	heap = table_open(relid, RowExclusiveLock);
+	const RecordLayout *l;
 	RecordColumns col;
 	DirectWrite w;
 	List	   *arbiter;
 	TupleTableSlot *slot;
 	DirectAnswer answer = DIRECT_FOUND;
 
-	record_columns(heap, &col);
+	l = record_layout(heap);
+	col = l->col;
 	if (!write_allowed(heap, ACL_INSERT, &col))
 	{
 		table_close(heap, NoLock);
@@ -587,7 +609,7 @@ direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
 	(slot->tts_values[(attno) - 1] = (value), slot->tts_isnull[(attno) - 1] = false)
 	SET(col.scope, CStringGetTextDatum(id->scope));
 	SET(col.key, CStringGetTextDatum(id->key));
-	SET(col.status, ObjectIdGetDatum(status_value(heap, &col, t->status)));
+	SET(col.status, ObjectIdGetDatum(l->status_value[t->status]));
 	if (fingerprint != NULL)
 		SET(col.fingerprint, PointerGetDatum(fingerprint));
 	SET(col.fence, Int64GetDatum(1));
@@ -643,6 +665,7 @@ direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 {
 	Relation	heap = table_open(relid, RowExclusiveLock);
 	Relation	index;
+	const RecordLayout *l;
 	RecordColumns col;
 	ScanKeyData skey[2];
 	Oid			in_progress;
@@ -651,7 +674,8 @@ direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 	AttrNumber	changed[5];
 	DirectAnswer answer = DIRECT_NOT_USED;
 
-	record_columns(heap, &col);
+	l = record_layout(heap);
+	col = l->col;
 	changed[0] = col.status;
 	changed[1] = col.result;
 	changed[2] = col.locked_until;
@@ -664,8 +688,8 @@ direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 	}
 	/* a table published for updates must say how to identify its rows */
 	CheckCmdReplicaIdentity(heap, CMD_UPDATE);
-	in_progress = status_value(heap, &col, IDEM_IN_PROGRESS);
-	unknown = status_value(heap, &col, IDEM_UNKNOWN);
+	in_progress = l->status_value[IDEM_IN_PROGRESS];
+	unknown = l->status_value[IDEM_UNKNOWN];
 	for (int i = 0; i < (int) lengthof(changed); i++)
 		updated = bms_add_member(updated, changed[i] - FirstLowInvalidHeapAttributeNumber);
 	index = index_open(RelationGetPrimaryKeyIndex(heap), AccessShareLock);
@@ -724,7 +748,7 @@ direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 		expires_at = TimestampTzGetDatum(Max(DatumGetTimestampTz(expires_at),
 											 DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
 																					 TimestampTzGetDatum(now), kept_for))));
-		new->tts_values[col.status - 1] = ObjectIdGetDatum(status_value(heap, &col, status));
+		new->tts_values[col.status - 1] = ObjectIdGetDatum(l->status_value[status]);
 		new->tts_values[col.result - 1] = JsonbPGetDatum(result);
 		new->tts_isnull[col.result - 1] = false;
 		new->tts_isnull[col.locked_until - 1] = true;
