@@ -218,6 +218,10 @@ BEGIN
     -- names are schema-qualified: a procedure that COMMITs cannot pin its
     -- search_path with SET
     LOOP
+        -- a batch need not wait for its WAL flush: lost in a crash, its
+        -- records are still expired (claims treat them as absent) and the
+        -- next purge deletes them again
+        PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
         purged := @extschema@.idem_purge(batch_size);
         COMMIT;
         EXIT WHEN purged OPERATOR(pg_catalog.<) batch_size;
@@ -226,7 +230,7 @@ END
 $$;
 
 COMMENT ON PROCEDURE @extschema@.idem_purge_all(integer) IS
-'delete every expired record, one idem_purge batch of batch_size rows per transaction, committing after each batch; run it with CALL outside a transaction block (for example from pg_cron). Errors as for idem_purge. Revoked from PUBLIC';
+'delete every expired record, one idem_purge batch of batch_size rows per transaction, committing after each batch with synchronous_commit off (a batch lost in a crash is purged again); run it with CALL outside a transaction block (for example from pg_cron). Errors as for idem_purge. Revoked from PUBLIC';
 
 REVOKE ALL ON FUNCTION @extschema@.idem_purge(integer) FROM PUBLIC;
 REVOKE ALL ON PROCEDURE @extschema@.idem_purge_all(integer) FROM PUBLIC;

@@ -188,6 +188,8 @@ SELECT 'old-' || i, 'failed', 1, now(), now(), now() - interval '1 hour'
   FROM generate_series(1, 25) i;
 CALL idem_purge_all(10);
 SELECT key FROM idempotent_record ORDER BY key;
+-- its batches commit with synchronous_commit off; the session keeps its own
+SHOW synchronous_commit;
 
 -- purge is administrative: revoked from PUBLIC
 CREATE ROLE regress_idem_app;

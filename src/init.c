@@ -40,7 +40,7 @@ _PG_init(void)
 							NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("idempotency.direct_access",
-							 "Lets the extension read and purge idempotent_record through its indexes directly.",
+							 "Lets the extension read, claim, record outcomes in and purge idempotent_record through the table and index access methods directly.",
 							 "Off: every access is planned SQL, as needed when the table is distributed (Citus).",
 							 &idem_direct_access,
 							 true,

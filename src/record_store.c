@@ -256,6 +256,14 @@ store_begin(Oid extension_function, bool nowait)
 	spi_connected = false;
 }
 
+/* Did the direct path answer?  Then *found is its answer. */
+static bool
+direct_answered(DirectAnswer answer, bool *found)
+{
+	*found = answer == DIRECT_FOUND;
+	return answer != DIRECT_NOT_USED;
+}
+
 /* The record table of the current bracket, for the direct path */
 static Oid
 store_relid(void)
@@ -329,16 +337,10 @@ store_read(const IdemKey *id, IdemRecord *rec)
 	Datum		values[2];
 	bool		isnull;
 	Datum		d;
+	bool		found;
 
-	switch (direct_read(store_relid(), id, rec, caller_context))
-	{
-		case DIRECT_FOUND:
-			return true;
-		case DIRECT_NONE:
-			return false;
-		case DIRECT_NOT_USED:
-			break;
-	}
+	if (direct_answered(direct_read(store_relid(), id, rec, caller_context), &found))
+		return found;
 
 	id_values(id, values);
 	if (store_exec(PLAN_READ, values, NULL, SPI_OK_SELECT) == 0)
@@ -370,22 +372,13 @@ store_insert(const IdemKey *id, bytea *fingerprint, const IdemClaimSpec *t)
 {
 	Datum		values[7];
 	char		nulls[7] = "       ";
+	bool		inserted;
 
 	/* wait => false keeps its write in the SQL, under a 1 ms lock_timeout */
-	if (!store_nowait)
-	{
-		switch (direct_insert(store_relid(), id, fingerprint, t))
-		{
-			case DIRECT_FOUND:
-				write_would_wait = false;
-				return true;
-			case DIRECT_NONE:
-				write_would_wait = false;
-				return false;
-			case DIRECT_NOT_USED:
-				break;
-		}
-	}
+	write_would_wait = false;
+	if (!store_nowait &&
+		direct_answered(direct_insert(store_relid(), id, fingerprint, t), &inserted))
+		return inserted;
 
 	id_values(id, values);
 	values[2] = PointerGetDatum(fingerprint);
@@ -464,16 +457,11 @@ store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
 				  Jsonb *result, TimestampTz now)
 {
 	Datum		values[6];
+	bool		updated;
 
-	switch (direct_set_outcome(store_relid(), id, fence, status, result, now))
-	{
-		case DIRECT_FOUND:
-			return true;
-		case DIRECT_NONE:
-			return false;
-		case DIRECT_NOT_USED:
-			break;
-	}
+	if (direct_answered(direct_set_outcome(store_relid(), id, fence, status,
+										   result, now), &updated))
+		return updated;
 
 	id_values(id, values);
 	values[2] = Int64GetDatum(fence);
