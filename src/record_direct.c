@@ -135,20 +135,26 @@ record_layout(Relation heap)
 }
 
 /*
- * May the direct path act for the current user with the given privileges?
- * Row level security (even row_security = off, which makes the SQL raise
- * an error) and a missing privilege (the SQL raises 42501 with the
- * details) leave the work to the SQL.
+ * May the current user read (or write) the table directly with the given
+ * privileges?  Row level security (even row_security = off, which makes
+ * the SQL raise an error) and a missing privilege (the SQL raises 42501
+ * with the details) leave the work to the SQL.
  */
 static bool
-direct_allowed(Relation heap, AclMode privileges)
+caller_may(Relation heap, AclMode privileges)
 {
 	Oid			relid = RelationGetRelid(heap);
 
 	/* every one of the privileges (pg_class_aclcheck accepts any one) */
-	return idem_direct_access &&
-		check_enable_rls(relid, InvalidOid, true) == RLS_NONE &&
+	return check_enable_rls(relid, InvalidOid, true) == RLS_NONE &&
 		pg_class_aclmask(relid, GetUserId(), privileges, ACLMASK_ALL) == privileges;
+}
+
+/* May the direct path stand in for the SQL? */
+static bool
+direct_allowed(Relation heap, AclMode privileges)
+{
+	return idem_direct_access && caller_may(heap, privileges);
 }
 
 /* Scan keys for (scope, key) on the primary key index */
@@ -303,7 +309,8 @@ direct_probe_uncommitted(Oid relid, const IdemKey *id, bytea **fingerprint,
 	DirectAnswer answer = DIRECT_NONE;
 
 	*fingerprint = NULL;
-	if (!direct_allowed(heap, ACL_SELECT))
+	/* not a stand-in for SQL (there is none): idem_direct_access aside */
+	if (!caller_may(heap, ACL_SELECT))
 	{
 		table_close(heap, NoLock);
 		return DIRECT_NOT_USED;

@@ -14,7 +14,9 @@
 # model knows which rows each open transaction has written, and only a
 # claim with wait => false or a read goes near them).  On a divergence the
 # test replays shorter and shorter subsequences on a fresh table and prints
-# the seed and the shortest sequence that still diverges.
+# the seed and the shortest sequence that still diverges.  Two sessions
+# use the direct heap/index path and the third the planned SQL
+# (idempotency.direct_access), so both meet on the same keys.
 #
 #   IDEM_MODEL_SEED=n   repeat a run     IDEM_MODEL_OPS=n   its length
 use strict;
@@ -45,13 +47,14 @@ package Session
 {
 	sub new
 	{
-		my ($class, $node) = @_;
+		my ($class, $node, $direct_access) = @_;
 		my $s = bless { in => '', out => '', err => '', n => 0 }, $class;
 		$s->{timer} = IPC::Run::timer(60);
 		$s->{h} = IPC::Run::start(
 			[ 'psql', '-X', '-q', '-At', '-h', $node->host, '-p', $node->port, '-d', 'postgres' ],
 			'<', \$s->{in}, '>', \$s->{out}, '2>', \$s->{err}, $s->{timer});
 		$s->q("SET lock_timeout = '2s'");
+		$s->q("SET idempotency.direct_access = $direct_access");
 		return $s;
 	}
 
@@ -493,8 +496,10 @@ sub random_op
 ###############################################################################
 # Running steps against the database and the model
 ###############################################################################
-my @conn = map { Session->new($node) } 1 .. $n_sessions;
-my $ctl = Session->new($node);
+# the last session takes the planned-SQL path, the others the direct one, so
+# that the two paths meet on the same keys
+my @conn = map { Session->new($node, $_ < $n_sessions ? 'on' : 'off') } 1 .. $n_sessions;
+my $ctl = Session->new($node, 'on');
 
 my $state_sql = q{SELECT scope, key, status, fingerprint, result, recovery_point, fence,
        locked_until IS NOT NULL, coalesce(locked_until > clock_timestamp(), false),
