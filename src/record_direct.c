@@ -229,7 +229,7 @@ direct_read(Oid relid, const IdemKey *id, IdemRecord *rec, MemoryContext context
 
 	if (!direct_allowed(heap, ACL_SELECT))
 	{
-		table_close(heap, AccessShareLock);
+		table_close(heap, NoLock);
 		return DIRECT_NOT_USED;
 	}
 	l = record_layout(heap);
