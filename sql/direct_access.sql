@@ -184,10 +184,97 @@ SELECT outcome FROM idem_claim('with-default');
 SELECT key, origin FROM idempotent_record WHERE key = 'with-default';
 ROLLBACK;
 
+-- ... a NOT NULL constraint added to a column is enforced
+\set VERBOSITY terse
+BEGIN;
+DELETE FROM idempotent_record WHERE fingerprint IS NULL;
+ALTER TABLE idempotent_record ALTER COLUMN fingerprint SET NOT NULL;
+SELECT outcome FROM idem_claim('no-fingerprint');
+:sqlstate
+ROLLBACK;
+
+-- ... a unique index added on the same columns is an arbiter of the
+-- claim's INSERT ... ON CONFLICT too: with a case-insensitive one, 'abc'
+-- conflicts with 'ABC' and the claim can see no record to answer with
+BEGIN;
+CREATE COLLATION direct_ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+CREATE UNIQUE INDEX direct_ci_key ON idempotent_record (scope, key COLLATE direct_ci);
+SELECT outcome FROM idem_claim('ABC');
+SELECT idem_finish('ABC', '{}');
+SELECT outcome FROM idem_claim('abc');
+:sqlstate
+ROLLBACK;
+\set VERBOSITY default
+
+-- ... a read-only transaction refuses the writes (25006), purge included
+\set VERBOSITY terse
+BEGIN READ ONLY;
+SELECT outcome FROM idem_claim('read-only');
+:sqlstate
+ROLLBACK;
+SET default_transaction_read_only = on;
+SELECT idem_once('read-only');
+:sqlstate
+SELECT idem_purge(10);
+:sqlstate
+RESET default_transaction_read_only;
+\set VERBOSITY default
+
+-- ... a primary key on other columns, or none, leaves everything to the SQL
+INSERT INTO idempotent_record (key, status, result, fence, created_at, updated_at, expires_at)
+VALUES ('pk', 'succeeded', '{"pk": true}', 1, now(), now(), now() + interval '1 day');
+BEGIN;
+ALTER TABLE idempotent_record DROP CONSTRAINT idempotent_record_pkey,
+    ADD PRIMARY KEY (key, scope);
+SELECT outcome, result FROM idem_claim('pk');
+ROLLBACK;
+BEGIN;
+ALTER TABLE idempotent_record DROP CONSTRAINT idempotent_record_pkey;
+CREATE UNIQUE INDEX direct_no_pk ON idempotent_record (scope, key);
+SELECT outcome, result FROM idem_claim('pk');
+ROLLBACK;
+
+-- ... a row this transaction has locked is purged, as FOR UPDATE SKIP
+-- LOCKED takes over a lock of its own transaction
+INSERT INTO idempotent_record (key, status, fence, created_at, updated_at, expires_at)
+VALUES ('mine-locked', 'succeeded', 1, now() - interval '2 days', now(), now() - interval '1 day');
+BEGIN;
+SELECT key FROM idempotent_record WHERE key = 'mine-locked' FOR SHARE;
+SELECT idem_purge(10) > 0 AS purged;
+SELECT count(*) AS mine_locked_left FROM idempotent_record WHERE key = 'mine-locked';
+ROLLBACK;
+DELETE FROM idempotent_record WHERE key IN ('pk', 'mine-locked');
+
+-- ... a caller without USAGE on the extension's schema is refused (42501),
+-- also through a function whose body was parsed by its owner
+CREATE SCHEMA direct_app;
+CREATE FUNCTION direct_app.claim(k text) RETURNS text LANGUAGE sql
+BEGIN ATOMIC
+    SELECT (idem_claim(k)).outcome;
+END;
+CREATE ROLE regress_direct_nousage;
+GRANT USAGE ON SCHEMA direct_app TO regress_direct_nousage;
+GRANT SELECT, INSERT, UPDATE ON idempotent_record TO regress_direct_nousage;
+REVOKE USAGE ON SCHEMA public FROM PUBLIC;
+SET ROLE regress_direct_nousage;
+\set VERBOSITY terse
+BEGIN;
+SELECT direct_app.claim('no-usage');
+:sqlstate
+ROLLBACK;
+\set VERBOSITY default
+RESET ROLE;
+GRANT USAGE ON SCHEMA public TO PUBLIC;
+REVOKE ALL ON idempotent_record FROM regress_direct_nousage;
+DROP FUNCTION direct_app.claim(text);
+DROP SCHEMA direct_app;
+DROP ROLE regress_direct_nousage;
+
 -- ... and a role lacking one of the privileges a write needs is refused
--- (42501): here purge without DELETE, finish without UPDATE
+-- (42501): here purge without UPDATE (its FOR UPDATE needs it), finish
+-- without UPDATE
 CREATE ROLE regress_direct_partial;
-GRANT SELECT, INSERT ON idempotent_record TO regress_direct_partial;
+GRANT SELECT, INSERT, DELETE ON idempotent_record TO regress_direct_partial;
 GRANT EXECUTE ON FUNCTION idem_purge(integer) TO regress_direct_partial;
 INSERT INTO idempotent_record (key, status, fence, created_at, updated_at, expires_at)
 VALUES ('expired', 'succeeded', 1, now() - interval '2 days', now(), now() - interval '1 day');

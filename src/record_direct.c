@@ -59,7 +59,30 @@ typedef struct RecordColumns
 	AttrNumber	expires_at;
 } RecordColumns;
 
-#define RECORD_NUM_COLUMNS 11
+/*
+ * The columns as the install script creates them: name, type (InvalidOid:
+ * the idem_status enum) and NOT NULL.  A table changed since (a column
+ * added, a type or NOT NULL changed) is written through the SQL, which
+ * applies defaults, domain and NOT NULL constraints.
+ */
+static const struct
+{
+	const char *name;
+	Oid			type;
+	bool		not_null;
+}			install_columns[] = {
+	{"scope", TEXTOID, true}, {"key", TEXTOID, true},
+	{"status", InvalidOid, true}, {"fingerprint", BYTEAOID, false},
+	{"result", JSONBOID, false}, {"recovery_point", TEXTOID, false},
+	{"fence", INT8OID, true}, {"locked_until", TIMESTAMPTZOID, false},
+	{"created_at", TIMESTAMPTZOID, true}, {"updated_at", TIMESTAMPTZOID, true},
+	{"expires_at", TIMESTAMPTZOID, true}
+};
+
+/* The install script's CHECK constraints, which hold by construction */
+static const char *const install_checks[] = {
+	"idempotent_record_key_check", "idempotent_record_fence_check"
+};
 
 static AttrNumber
 column_number(TupleDesc desc, const char *name)
@@ -76,14 +99,21 @@ column_number(TupleDesc desc, const char *name)
 }
 
 /*
- * The table's column numbers and idem_status values, computed once per
- * table and again after any change to it (a relcache invalidation).
+ * What the direct path needs to know of the table, computed once per table
+ * and again after any change to it (a relcache invalidation: columns,
+ * constraints, indexes).
  */
 typedef struct RecordLayout
 {
 	Oid			relid;			/* InvalidOid until computed */
 	RecordColumns col;
 	Oid			status_value[IDEM_UNKNOWN + 1];
+	Oid			pk_index;		/* B-tree primary key on (scope, key), or
+								 * InvalidOid: no direct path at all */
+	Oid			expires_at_index;	/* B-tree on expires_at, or InvalidOid */
+	bool		install_shape;	/* columns, CHECK constraints and unique
+								 * indexes as installed: direct writes may
+								 * run */
 } RecordLayout;
 
 static RecordLayout layout;
@@ -95,12 +125,90 @@ layout_invalidate(Datum arg, Oid relid)
 		layout.relid = InvalidOid;
 }
 
+/* Is every column as the install script made it, and nothing added? */
+static bool
+columns_as_installed(TupleDesc desc)
+{
+	int			columns = 0;
+
+	for (int i = 0; i < desc->natts; i++)
+		if (!TupleDescAttr(desc, i)->attisdropped)
+			columns++;
+	if (columns != (int) lengthof(install_columns))
+		return false;
+	for (int i = 0; i < (int) lengthof(install_columns); i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, column_number(desc, install_columns[i].name) - 1);
+
+		if (att->attnotnull != install_columns[i].not_null ||
+			att->attgenerated != '\0' ||
+			(OidIsValid(install_columns[i].type) ?
+			 att->atttypid != install_columns[i].type :
+			 get_typtype(att->atttypid) != TYPTYPE_ENUM))
+			return false;
+		/* the claim's insert leaves the nullable columns NULL */
+		if (!install_columns[i].not_null && att->atthasdef)
+			return false;
+	}
+	if (desc->constr != NULL)
+	{
+		for (int i = 0; i < desc->constr->num_check; i++)
+		{
+			bool		installed = false;
+
+			for (int j = 0; j < (int) lengthof(install_checks); j++)
+				installed |= strcmp(desc->constr->check[i].ccname, install_checks[j]) == 0;
+			if (!installed)
+				return false;
+		}
+	}
+	return true;
+}
+
+/*
+ * Find the primary key and expires_at indexes; false when there is another
+ * unique or exclusion index (INSERT ... ON CONFLICT (scope, key) would take
+ * a unique index on the same columns as an arbiter too).
+ */
+static bool
+find_indexes(Relation heap, RecordLayout *l)
+{
+	List	   *indexes = RelationGetIndexList(heap);
+	ListCell   *lc;
+	bool		only_pk_unique = true;
+
+	l->pk_index = InvalidOid;
+	l->expires_at_index = InvalidOid;
+	foreach(lc, indexes)
+	{
+		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
+		Form_pg_index ind = index->rd_index;
+		bool		plain_btree = index->rd_rel->relam == BTREE_AM_OID &&
+			ind->indisvalid && heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL) &&
+			heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, NULL);
+
+		if (ind->indisprimary && plain_btree && ind->indnkeyatts == 2 &&
+			ind->indkey.values[0] == l->col.scope && ind->indkey.values[1] == l->col.key &&
+			!ind->indisexclusion && ind->indimmediate)
+			l->pk_index = RelationGetRelid(index);
+		else if (ind->indisunique || ind->indisexclusion)
+			only_pk_unique = false;
+		else if (plain_btree && ind->indnkeyatts == 1 &&
+				 ind->indkey.values[0] == l->col.expires_at)
+			l->expires_at_index = RelationGetRelid(index);
+		index_close(index, AccessShareLock);
+	}
+	list_free(indexes);
+	return only_pk_unique;
+}
+
 static const RecordLayout *
 record_layout(Relation heap)
 {
 	static bool callback_registered = false;
 	TupleDesc	desc = RelationGetDescr(heap);
 	RecordColumns *c = &layout.col;
+	bool		only_pk_unique;
 
 	if (layout.relid == RelationGetRelid(heap))
 		return &layout;
@@ -130,31 +238,52 @@ record_layout(Relation heap)
 		if (!OidIsValid(layout.status_value[i]))
 			elog(ERROR, "idem_status has no value \"%s\"", idem_status_names[i]);
 	}
+	only_pk_unique = find_indexes(heap, &layout);
+	layout.install_shape = only_pk_unique && columns_as_installed(desc);
 	layout.relid = RelationGetRelid(heap);
 	return &layout;
 }
 
 /*
  * May the current user read (or write) the table directly with the given
- * privileges?  Row level security (even row_security = off, which makes
- * the SQL raise an error) and a missing privilege (the SQL raises 42501
- * with the details) leave the work to the SQL.
+ * privileges?  As for the SQL: USAGE on the schema and every one of the
+ * privileges (pg_class_aclcheck would accept any one).  Row level security
+ * that applies to the user (also with row_security = off, which makes the
+ * SQL raise an error) leaves the work to the SQL, as does a table without
+ * its primary key on (scope, key).
  */
 static bool
-caller_may(Relation heap, AclMode privileges)
+caller_may(Relation heap, const RecordLayout *l, AclMode privileges)
 {
 	Oid			relid = RelationGetRelid(heap);
 
-	/* every one of the privileges (pg_class_aclcheck accepts any one) */
-	return check_enable_rls(relid, InvalidOid, true) == RLS_NONE &&
+	return OidIsValid(l->pk_index) &&
+		pg_namespace_aclcheck(RelationGetNamespace(heap), GetUserId(), ACL_USAGE) == ACLCHECK_OK &&
+		check_enable_rls(relid, InvalidOid, true) != RLS_ENABLED &&
 		pg_class_aclmask(relid, GetUserId(), privileges, ACLMASK_ALL) == privileges;
 }
 
 /* May the direct path stand in for the SQL? */
 static bool
-direct_allowed(Relation heap, AclMode privileges)
+direct_allowed(Relation heap, const RecordLayout *l, AclMode privileges)
 {
-	return idem_direct_access && caller_may(heap, privileges);
+	return idem_direct_access && caller_may(heap, l, privileges);
+}
+
+/*
+ * May a direct write stand in for the SQL's?  Not where the SQL would do
+ * more than the row change: refuse it in a read-only transaction (25006)
+ * or on a standby, fire triggers or rules, apply a default, a domain or a
+ * NOT NULL constraint, or check a constraint or unique index added to the
+ * table.  The install script's two CHECK constraints (key <> '', fence >
+ * 0) hold by construction: keys are checked before any write (22023) and
+ * fences start at 1 and only grow.
+ */
+static bool
+write_allowed(Relation heap, const RecordLayout *l, AclMode privileges)
+{
+	return direct_allowed(heap, l, privileges) && l->install_shape &&
+		!XactReadOnly && heap->trigdesc == NULL && heap->rd_rules == NULL;
 }
 
 /* Scan keys for (scope, key) on the primary key index */
@@ -227,14 +356,14 @@ direct_read(Oid relid, const IdemKey *id, IdemRecord *rec, MemoryContext context
 	TupleTableSlot *slot;
 	DirectAnswer answer = DIRECT_NONE;
 
-	if (!direct_allowed(heap, ACL_SELECT))
+	l = record_layout(heap);
+	col = l->col;
+	if (!direct_allowed(heap, l, ACL_SELECT))
 	{
 		table_close(heap, NoLock);
 		return DIRECT_NOT_USED;
 	}
-	l = record_layout(heap);
-	col = l->col;
-	index = index_open(RelationGetPrimaryKeyIndex(heap), AccessShareLock);
+	index = index_open(l->pk_index, AccessShareLock);
 	pk_scan_keys(index, id, skey);
 	snapshot = statement_snapshot();
 	scan = index_beginscan(heap, index, snapshot, 2, 0);
@@ -305,18 +434,17 @@ direct_probe_uncommitted(Oid relid, const IdemKey *id, bytea **fingerprint,
 	ScanKeyData skey[2];
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
-	AttrNumber	fingerprint_attno;
+	const RecordLayout *l = record_layout(heap);
 	DirectAnswer answer = DIRECT_NONE;
 
 	*fingerprint = NULL;
 	/* not a stand-in for SQL (there is none): idem_direct_access aside */
-	if (!caller_may(heap, ACL_SELECT))
+	if (!caller_may(heap, l, ACL_SELECT))
 	{
 		table_close(heap, NoLock);
 		return DIRECT_NOT_USED;
 	}
-	fingerprint_attno = record_layout(heap)->col.fingerprint;
-	index = index_open(RelationGetPrimaryKeyIndex(heap), AccessShareLock);
+	index = index_open(l->pk_index, AccessShareLock);
 	pk_scan_keys(index, id, skey);
 	InitDirtySnapshot(dirty);
 	scan = index_beginscan(heap, index, &dirty, 2, 0);
@@ -339,7 +467,7 @@ direct_probe_uncommitted(Oid relid, const IdemKey *id, bytea **fingerprint,
 		if (answer == DIRECT_FOUND && replaced)
 			continue;
 		answer = DIRECT_FOUND;
-		*fingerprint = varlena_copy(slot, fingerprint_attno, context);
+		*fingerprint = varlena_copy(slot, l->col.fingerprint, context);
 		if (!replaced)
 			break;
 	}
@@ -351,74 +479,102 @@ direct_probe_uncommitted(Oid relid, const IdemKey *id, bytea **fingerprint,
 	return answer;
 }
 
-/* The single-column index on expires_at that purge walks, or NULL */
-static Relation
-expires_at_index(Relation heap, AttrNumber expires_at)
+/* EXPIRED() of record_store.c: past expires_at, not unknown, no live lease */
+static bool
+purgeable(TupleTableSlot *slot, const RecordLayout *l, TimestampTz now)
 {
-	List	   *indexes = RelationGetIndexList(heap);
-	ListCell   *lc;
-	Relation	found = NULL;
+	bool		isnull;
+	TimestampTz locked_until;
 
-	foreach(lc, indexes)
+	if (DatumGetTimestampTz(slot_getattr(slot, l->col.expires_at, &isnull)) > now ||
+		DatumGetObjectId(slot_getattr(slot, l->col.status, &isnull)) == l->status_value[IDEM_UNKNOWN])
+		return false;
+	locked_until = DatumGetTimestampTz(slot_getattr(slot, l->col.locked_until, &isnull));
+	return isnull || locked_until <= now;
+}
+
+/*
+ * Delete the record version in slot unless another transaction holds it,
+ * as the SQL's FOR UPDATE SKIP LOCKED then DELETE would: a version locked
+ * or being written by another transaction is skipped; one that this
+ * transaction locked is deleted; one replaced since the snapshot raises
+ * 40001 under REPEATABLE READ and SERIALIZABLE, and otherwise its newest
+ * version is locked (or skipped) and deleted if it is still expired (what
+ * EvalPlanQual does).  Returns whether a record went.
+ */
+static bool
+purge_one(Relation heap, TupleTableSlot *slot, TupleTableSlot *newest,
+		  const RecordLayout *l, TimestampTz now, Snapshot snapshot,
+		  CommandId cid)
+{
+	TM_FailureData tmfd;
+
+	switch (table_tuple_delete(heap, &slot->tts_tid, cid, snapshot,
+							   InvalidSnapshot, false, &tmfd, false))
 	{
-		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
-
-		if (index->rd_rel->relam == BTREE_AM_OID &&
-			index->rd_index->indnatts == 1 &&
-			index->rd_index->indkey.values[0] == expires_at &&
-			index->rd_index->indisvalid && index->rd_indpred == NIL)
-		{
-			found = index;
-			break;
-		}
-		index_close(index, AccessShareLock);
+		case TM_Ok:
+			return true;
+		case TM_BeingModified:
+			if (!TransactionIdIsCurrentTransactionId(tmfd.xmax))
+				return false;	/* SKIP LOCKED */
+			/* our own row lock: FOR UPDATE takes it over, no wait */
+			return table_tuple_delete(heap, &slot->tts_tid, cid, snapshot,
+									  InvalidSnapshot, true, &tmfd, false) == TM_Ok;
+		case TM_Updated:
+		case TM_Deleted:
+			if (IsolationUsesXactSnapshot())
+				ereport(ERROR,
+						errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						errmsg("could not serialize access due to concurrent update"));
+			if (table_tuple_lock(heap, &slot->tts_tid, snapshot, newest, cid,
+								 LockTupleExclusive, LockWaitSkip,
+								 TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd) != TM_Ok ||
+				!purgeable(newest, l, now))
+				return false;
+			return table_tuple_delete(heap, &newest->tts_tid, cid, snapshot,
+									  InvalidSnapshot, true, &tmfd, false) == TM_Ok;
+		case TM_SelfModified:
+			return false;
+		default:
+			elog(ERROR, "attempted to delete invisible tuple");
 	}
-	list_free(indexes);
-	return found;
+	return false;				/* keep compiler quiet */
 }
 
 /*
  * store_purge's direct path: delete up to batch_size records expired at
- * now, oldest first, walking the expires_at index.  A record that another
- * transaction is writing or locking, or changed since the snapshot, is
- * skipped, never waited for (what FOR UPDATE SKIP LOCKED does in the SQL,
- * without writing a row lock before each delete).  Returns how many went,
- * or DIRECT_NOT_USED.
+ * now, oldest first, walking the expires_at index, each as purge_one says
+ * (without writing a row lock before each delete, as FOR UPDATE must).
+ * Returns how many went, or DIRECT_NOT_USED.
  */
 int64
 direct_purge(Oid relid, TimestampTz now, int32 batch_size)
 {
 	Relation	heap = table_open(relid, RowExclusiveLock);
 	Relation	index;
-	const RecordLayout *l;
-	RecordColumns col;
+	const RecordLayout *l = record_layout(heap);
 	ScanKeyData skey;
 	Snapshot	snapshot;
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
+	TupleTableSlot *newest;
 	CommandId	cid;
-	Oid			unknown;
 	int64		purged = 0;
 
-	/* the SQL's DELETE would fire triggers and rules: leave it to the SQL */
-	if (!direct_allowed(heap, ACL_SELECT | ACL_DELETE) ||
-		heap->trigdesc != NULL || heap->rd_rules != NULL)
-	{
-		table_close(heap, NoLock);
-		return DIRECT_NOT_USED;
-	}
-	l = record_layout(heap);
-	col = l->col;
-	index = expires_at_index(heap, col.expires_at);
-	if (index == NULL)
+	/*
+	 * The SQL's SELECT ... FOR UPDATE needs UPDATE too; its DELETE fires
+	 * triggers and rules, and is refused in a read-only transaction.
+	 */
+	if (!direct_allowed(heap, l, ACL_SELECT | ACL_UPDATE | ACL_DELETE) ||
+		XactReadOnly || heap->trigdesc != NULL || heap->rd_rules != NULL ||
+		!OidIsValid(l->expires_at_index))
 	{
 		table_close(heap, NoLock);
 		return DIRECT_NOT_USED;
 	}
 	/* a table published for deletes must say how to identify its rows */
 	CheckCmdReplicaIdentity(heap, CMD_DELETE);
-	unknown = l->status_value[IDEM_UNKNOWN];
-
+	index = index_open(l->expires_at_index, AccessShareLock);
 	ScanKeyInit(&skey, 1, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE,
 				TimestampTzGetDatum(now));
 	snapshot = statement_snapshot();
@@ -426,85 +582,24 @@ direct_purge(Oid relid, TimestampTz now, int32 batch_size)
 	scan = index_beginscan(heap, index, snapshot, 1, 0);
 	index_rescan(scan, &skey, 1, NULL, 0);
 	slot = table_slot_create(heap, NULL);
+	newest = table_slot_create(heap, NULL);
 
 	while (purged < batch_size &&
 		   index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
-		bool		isnull;
-		TimestampTz locked_until;
-		TM_FailureData tmfd;
-		TM_Result	result;
-
-		/* EXPIRED() of record_store.c: not unknown, no live lease */
 		CHECK_FOR_INTERRUPTS();
-		if (DatumGetObjectId(slot_getattr(slot, col.status, &isnull)) == unknown)
-			continue;
-		locked_until = DatumGetTimestampTz(slot_getattr(slot, col.locked_until, &isnull));
-		if (!isnull && locked_until > now)
-			continue;
-
-		result = table_tuple_delete(heap, &slot->tts_tid, cid, snapshot,
-									InvalidSnapshot, false, &tmfd, false);
-		if (result == TM_Ok)
+		if (purgeable(slot, l, now) &&
+			purge_one(heap, slot, newest, l, now, snapshot, cid))
 			purged++;
-		else if (result == TM_Invisible)
-			elog(ERROR, "attempted to delete invisible tuple");
-		/* being written, locked or changed by another transaction: skipped */
 	}
 
+	ExecDropSingleTupleTableSlot(newest);
 	ExecDropSingleTupleTableSlot(slot);
 	index_endscan(scan);
 	UnregisterSnapshot(snapshot);
 	index_close(index, AccessShareLock);
 	table_close(heap, NoLock);
 	return purged;
-}
-
-/*
- * Writes.  Where the SQL would do more than the row change itself — fire
- * triggers or rules, check a row level security policy, compute a
- * generated column, fill a default, or evaluate a CHECK constraint added
- * after the install script — the direct path is not taken.  The install
- * script's own CHECK constraints (key <> '', fence > 0) hold by
- * construction: keys are checked before any write (22023) and fences
- * start at 1 and only grow.  NOT NULL columns are always given.
- */
-static const char *const own_checks[] = {
-	"idempotent_record_key_check", "idempotent_record_fence_check"
-};
-
-static bool
-write_allowed(Relation heap, AclMode privileges, const RecordColumns *c)
-{
-	TupleDesc	desc = RelationGetDescr(heap);
-	TupleConstr *constr = desc->constr;
-	int			columns = 0;
-
-	if (!direct_allowed(heap, privileges) ||
-		heap->trigdesc != NULL || heap->rd_rules != NULL)
-		return false;
-	for (int i = 0; i < desc->natts; i++)
-		if (!TupleDescAttr(desc, i)->attisdropped)
-			columns++;
-	/* a column added to the table may have a default the SQL would fill */
-	if (columns != RECORD_NUM_COLUMNS ||
-		TupleDescAttr(desc, c->result - 1)->atthasdef ||
-		TupleDescAttr(desc, c->recovery_point - 1)->atthasdef)
-		return false;
-	if (constr == NULL)
-		return true;
-	if (constr->has_generated_stored)
-		return false;
-	for (int i = 0; i < constr->num_check; i++)
-	{
-		bool		own = false;
-
-		for (int j = 0; j < (int) lengthof(own_checks); j++)
-			own |= strcmp(constr->check[i].ccname, own_checks[j]) == 0;
-		if (!own)
-			return false;
-	}
-	return true;
 }
 
 /*
@@ -600,13 +695,13 @@ direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
 
 	l = record_layout(heap);
 	col = l->col;
-	if (!write_allowed(heap, ACL_INSERT, &col))
+	if (!write_allowed(heap, l, ACL_INSERT))
 	{
 		table_close(heap, NoLock);
 		return DIRECT_NOT_USED;
 	}
 	direct_write_begin(&w, heap, true, NULL);
-	arbiter = list_make1_oid(RelationGetPrimaryKeyIndex(heap));
+	arbiter = list_make1_oid(l->pk_index);
 
 	slot = ExecInitExtraTupleSlot(w.estate, RelationGetDescr(heap),
 								  table_slot_callbacks(heap));
@@ -657,14 +752,61 @@ direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
 	return answer;
 }
 
+/* Does the record version in slot carry fence and no final outcome? */
+static bool
+open_with_fence(TupleTableSlot *slot, const RecordLayout *l, int64 fence)
+{
+	bool		isnull;
+	Oid			status = DatumGetObjectId(slot_getattr(slot, l->col.status, &isnull));
+
+	return DatumGetInt64(slot_getattr(slot, l->col.fence, &isnull)) == fence &&
+		(status == l->status_value[IDEM_IN_PROGRESS] ||
+		 status == l->status_value[IDEM_UNKNOWN]);
+}
+
+/*
+ * The version PLAN_SET_OUTCOME writes in place of old: status, result, no
+ * lease, updated_at, and expires_at = GREATEST(expires_at, now +
+ * (expires_at - created_at)), computed with the same operators as the SQL.
+ */
+static void
+outcome_version(TupleTableSlot *old, TupleTableSlot *new, const RecordLayout *l,
+				IdemStatus status, Jsonb *result, TimestampTz now)
+{
+	int			natts = old->tts_tupleDescriptor->natts;
+	const RecordColumns *col = &l->col;
+	Datum		expires_at;
+	Datum		kept_for;
+
+	slot_getallattrs(old);
+	ExecClearTuple(new);
+	memcpy(new->tts_values, old->tts_values, natts * sizeof(Datum));
+	memcpy(new->tts_isnull, old->tts_isnull, natts * sizeof(bool));
+	expires_at = old->tts_values[col->expires_at - 1];
+	kept_for = DirectFunctionCall2(timestamp_mi, expires_at,
+								   old->tts_values[col->created_at - 1]);
+	expires_at = TimestampTzGetDatum(Max(DatumGetTimestampTz(expires_at),
+										 DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+																				 TimestampTzGetDatum(now), kept_for))));
+	new->tts_values[col->status - 1] = ObjectIdGetDatum(l->status_value[status]);
+	new->tts_values[col->result - 1] = JsonbPGetDatum(result);
+	new->tts_isnull[col->result - 1] = false;
+	new->tts_isnull[col->locked_until - 1] = true;
+	new->tts_values[col->updated_at - 1] = TimestampTzGetDatum(now);
+	new->tts_values[col->expires_at - 1] = expires_at;
+	ExecStoreVirtualTuple(new);
+	ExecMaterializeSlot(new);
+}
+
 /*
  * store_set_outcome's direct path: the UPDATE of PLAN_SET_OUTCOME in
  * record_store.c, to the version of the record a new statement snapshot
- * sees, if it still carries fence and has no final outcome.  A version
- * that a concurrent transaction replaced is handled as UPDATE handles it:
- * 40001 under REPEATABLE READ and SERIALIZABLE, else the newest version is
- * read and judged again (what EvalPlanQual does).  Returns DIRECT_FOUND
- * when updated, DIRECT_NONE when no such record, DIRECT_NOT_USED.
+ * sees, if it carries fence and has no final outcome.  A version that a
+ * concurrent transaction replaced is handled as UPDATE handles it: 40001
+ * under REPEATABLE READ and SERIALIZABLE; otherwise the newest version of
+ * the same row is locked and judged again (EvalPlanQual), and a deleted
+ * row is not updated.  Returns DIRECT_FOUND when updated, DIRECT_NONE when
+ * no such record, DIRECT_NOT_USED.
  */
 DirectAnswer
 direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
@@ -672,98 +814,53 @@ direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 {
 	Relation	heap = table_open(relid, RowExclusiveLock);
 	Relation	index;
-	const RecordLayout *l;
-	RecordColumns col;
+	const RecordLayout *l = record_layout(heap);
 	ScanKeyData skey[2];
-	Oid			in_progress;
-	Oid			unknown;
 	Bitmapset  *updated = NULL;
 	AttrNumber	changed[5];
-	DirectAnswer answer = DIRECT_NOT_USED;
+	DirectWrite w;
+	IndexScanDesc scan;
+	TupleTableSlot *old;
+	TupleTableSlot *new;
+	DirectAnswer answer = DIRECT_NONE;
 
-	l = record_layout(heap);
-	col = l->col;
-	changed[0] = col.status;
-	changed[1] = col.result;
-	changed[2] = col.locked_until;
-	changed[3] = col.updated_at;
-	changed[4] = col.expires_at;
-	if (!write_allowed(heap, ACL_SELECT | ACL_UPDATE, &col))
+	if (!write_allowed(heap, l, ACL_SELECT | ACL_UPDATE))
 	{
 		table_close(heap, NoLock);
 		return DIRECT_NOT_USED;
 	}
 	/* a table published for updates must say how to identify its rows */
 	CheckCmdReplicaIdentity(heap, CMD_UPDATE);
-	in_progress = l->status_value[IDEM_IN_PROGRESS];
-	unknown = l->status_value[IDEM_UNKNOWN];
+	changed[0] = l->col.status;
+	changed[1] = l->col.result;
+	changed[2] = l->col.locked_until;
+	changed[3] = l->col.updated_at;
+	changed[4] = l->col.expires_at;
 	for (int i = 0; i < (int) lengthof(changed); i++)
 		updated = bms_add_member(updated, changed[i] - FirstLowInvalidHeapAttributeNumber);
-	index = index_open(RelationGetPrimaryKeyIndex(heap), AccessShareLock);
-	pk_scan_keys(index, id, skey);
+	direct_write_begin(&w, heap, false, updated);
+	old = w.slot;
+	new = ExecInitExtraTupleSlot(w.estate, RelationGetDescr(heap),
+								 table_slot_callbacks(heap));
 
-	while (answer == DIRECT_NOT_USED)
+	index = index_open(l->pk_index, AccessShareLock);
+	pk_scan_keys(index, id, skey);
+	scan = index_beginscan(heap, index, w.estate->es_snapshot, 2, 0);
+	index_rescan(scan, skey, 2, NULL, 0);
+	if (!index_getnext_slot(scan, ForwardScanDirection, old))
+		ExecClearTuple(old);
+	index_endscan(scan);
+	index_close(index, AccessShareLock);
+
+	while (!TupIsNull(old) && open_with_fence(old, l, fence))
 	{
-		DirectWrite w;
-		IndexScanDesc scan;
-		TupleTableSlot *old;
-		TupleTableSlot *new;
-		TupleDesc	desc = RelationGetDescr(heap);
-		Oid			stored_status;
-		Datum		expires_at;
-		Datum		kept_for;
 		TM_FailureData tmfd;
 		LockTupleMode lockmode;
 		bool		update_indexes;
-		bool		isnull;
+		TM_Result	locked;
 
 		CHECK_FOR_INTERRUPTS();
-		direct_write_begin(&w, heap, false, updated);
-		old = w.slot;
-		scan = index_beginscan(heap, index, w.estate->es_snapshot, 2, 0);
-		index_rescan(scan, skey, 2, NULL, 0);
-		if (!index_getnext_slot(scan, ForwardScanDirection, old))
-			answer = DIRECT_NONE;
-		index_endscan(scan);
-		if (answer == DIRECT_NONE)
-		{
-			direct_write_end(&w);
-			break;
-		}
-		stored_status = DatumGetObjectId(slot_getattr(old, col.status, &isnull));
-		if (DatumGetInt64(slot_getattr(old, col.fence, &isnull)) != fence ||
-			(stored_status != in_progress && stored_status != unknown))
-		{
-			answer = DIRECT_NONE;
-			direct_write_end(&w);
-			break;
-		}
-
-		/*
-		 * The new version: status, result, no lease, updated_at, and
-		 * expires_at = GREATEST(expires_at, now + (expires_at -
-		 * created_at)), computed with the same operators as the SQL.
-		 */
-		new = ExecInitExtraTupleSlot(w.estate, desc, table_slot_callbacks(heap));
-		slot_getallattrs(old);
-		ExecClearTuple(new);
-		memcpy(new->tts_values, old->tts_values, desc->natts * sizeof(Datum));
-		memcpy(new->tts_isnull, old->tts_isnull, desc->natts * sizeof(bool));
-		expires_at = old->tts_values[col.expires_at - 1];
-		kept_for = DirectFunctionCall2(timestamp_mi, expires_at,
-									   old->tts_values[col.created_at - 1]);
-		expires_at = TimestampTzGetDatum(Max(DatumGetTimestampTz(expires_at),
-											 DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-																					 TimestampTzGetDatum(now), kept_for))));
-		new->tts_values[col.status - 1] = ObjectIdGetDatum(l->status_value[status]);
-		new->tts_values[col.result - 1] = JsonbPGetDatum(result);
-		new->tts_isnull[col.result - 1] = false;
-		new->tts_isnull[col.locked_until - 1] = true;
-		new->tts_values[col.updated_at - 1] = TimestampTzGetDatum(now);
-		new->tts_values[col.expires_at - 1] = expires_at;
-		ExecStoreVirtualTuple(new);
-		ExecMaterializeSlot(new);
-
+		outcome_version(old, new, l, status, result, now);
 		switch (table_tuple_update(heap, &old->tts_tid, new,
 								   w.estate->es_output_cid,
 								   w.estate->es_snapshot, InvalidSnapshot,
@@ -775,24 +872,37 @@ direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 													false, NULL, NIL));
 				answer = DIRECT_FOUND;
 				break;
-			case TM_SelfModified:
-				/* changed by a later command of ours: not this statement's */
-				answer = DIRECT_NONE;
-				break;
-			case TM_Updated:
 			case TM_Deleted:
 				if (IsolationUsesXactSnapshot())
 					ereport(ERROR,
 							errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+							errmsg("could not serialize access due to concurrent delete"));
+				break;
+			case TM_Updated:
+				if (IsolationUsesXactSnapshot())
+					ereport(ERROR,
+							errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 							errmsg("could not serialize access due to concurrent update"));
-				break;			/* judge the newest version */
+				/* the newest version of this row, locked, judged again */
+				locked = table_tuple_lock(heap, &old->tts_tid, w.estate->es_snapshot,
+										  old, w.estate->es_output_cid, lockmode,
+										  LockWaitBlock, TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
+										  &tmfd);
+				if (locked == TM_Ok)
+					continue;
+				if (locked != TM_Deleted && locked != TM_SelfModified)
+					elog(ERROR, "unexpected result locking an idempotency record");
+				break;
+			case TM_SelfModified:
+				/* changed by a later command of ours: not this statement's */
+				break;
 			default:
 				elog(ERROR, "unexpected result updating an idempotency record");
 		}
-		direct_write_end(&w);
+		break;
 	}
 
-	index_close(index, AccessShareLock);
+	direct_write_end(&w);
 	table_close(heap, NoLock);
 	return answer;
 }
