@@ -259,7 +259,8 @@ caller_may(Relation heap, const RecordLayout *l, AclMode privileges)
 
 	return OidIsValid(l->pk_index) &&
 		pg_namespace_aclcheck(RelationGetNamespace(heap), GetUserId(), ACL_USAGE) == ACLCHECK_OK &&
-		check_enable_rls(relid, InvalidOid, true) != RLS_ENABLED &&
+		(!heap->rd_rel->relrowsecurity ||
+		 check_enable_rls(relid, InvalidOid, true) != RLS_ENABLED) &&
 		pg_class_aclmask(relid, GetUserId(), privileges, ACLMASK_ALL) == privileges;
 }
 
