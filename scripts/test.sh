@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make test: build, install, start a throwaway PostgreSQL 15 cluster, run
-# pg_regress, the isolation specs and the pgTAP suites, stop the cluster.
+# pg_regress, the isolation specs (with the direct path, then with planned
+# SQL only), the pgTAP and TAP suites, stop the cluster.
 # Ends with "N passed, N failed"; exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -70,6 +71,10 @@ run_tap_suite() {
 
 run_regress_suite "pg_regress" regresscheck regression.diffs
 run_regress_suite "isolation specs" isolationcheck output_iso/regression.diffs
+# the same specs and expected outputs with the planned-SQL path: the direct
+# heap/index path must answer exactly as the SQL it stands in for
+PGOPTIONS="-c idempotency.direct_access=off" \
+    run_regress_suite "isolation specs, idempotency.direct_access = off" isolationcheck output_iso/regression.diffs
 run_pgtap_suite
 run_tap_suite
 rm -f "$log"

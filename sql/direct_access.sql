@@ -204,7 +204,47 @@ SELECT idem_finish('ABC', '{}');
 SELECT outcome FROM idem_claim('abc');
 :sqlstate
 ROLLBACK;
+
+-- ... a CHECK constraint replaced under the install script's name is
+-- enforced, and so is an identity column
+BEGIN;
+ALTER TABLE idempotent_record DROP CONSTRAINT idempotent_record_key_check,
+    ADD CONSTRAINT idempotent_record_key_check CHECK (length(key) < 5) NOT VALID;
+SELECT outcome FROM idem_claim('too-long');
+:sqlstate
+ROLLBACK;
+BEGIN;
+ALTER TABLE idempotent_record ALTER COLUMN fence DROP DEFAULT,
+    ALTER COLUMN fence ADD GENERATED ALWAYS AS IDENTITY;
+SELECT outcome FROM idem_claim('identity');
+:sqlstate
+ROLLBACK;
 \set VERBOSITY default
+
+-- ... a record in an inheritance child is found and purged, as the SQL
+-- (without ONLY) finds it
+BEGIN;
+CREATE TABLE direct_archive () INHERITS (idempotent_record);
+INSERT INTO direct_archive (key, status, result, fence, created_at, updated_at, expires_at)
+VALUES ('archived', 'succeeded', '{"archived": true}', 1, now(), now(), now() + interval '1 day'),
+       ('archived-old', 'succeeded', '{}', 1, now(), now(), now() - interval '1 day');
+SELECT outcome, result FROM idem_claim('archived');
+SELECT idem_purge(10) >= 1 AS purged;
+SELECT key FROM direct_archive;
+ROLLBACK;
+
+-- ... purge walks an ascending expires_at index only (oldest first)
+INSERT INTO idempotent_record (key, status, fence, created_at, updated_at, expires_at)
+SELECT 'e' || i, 'succeeded', 1, now() - interval '2 days', now(), now() - interval '1 hour' * (10 - i)
+  FROM generate_series(1, 5) AS i;
+BEGIN;
+DELETE FROM idempotent_record WHERE key NOT LIKE 'e_';
+DROP INDEX idempotent_record_expires_at_idx;
+CREATE INDEX direct_expires_desc ON idempotent_record (expires_at DESC);
+SELECT idem_purge(2);
+SELECT string_agg(key, ',' ORDER BY key) AS left_after_two FROM idempotent_record WHERE key LIKE 'e_';
+ROLLBACK;
+DELETE FROM idempotent_record WHERE key LIKE 'e_';
 
 -- ... a read-only transaction refuses the writes (25006), purge included
 \set VERBOSITY terse

@@ -9,8 +9,8 @@
  *
  * It is taken only where it behaves exactly as the planned SQL it replaces:
  * the caller has the table privileges, no row level security applies to
- * it, a write has nothing more to do than the row change (see
- * write_allowed), and idempotency.direct_access is
+ * it, a write has nothing more to do than the row change and its
+ * constraints (see write_layout), and idempotency.direct_access is
  * on (it must be off for a record table that Citus distributes: the
  * coordinator's table is an empty shell).  Otherwise the functions here
  * answer DIRECT_NOT_USED and record_store.c runs the SQL.  Visibility,
@@ -27,7 +27,9 @@
 #include "access/tableam.h"
 #include "access/transam.h"
 #include "access/xact.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_enum.h"
+#include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
@@ -60,30 +62,26 @@ typedef struct RecordColumns
 } RecordColumns;
 
 /*
- * The columns as the install script creates them: name, type (InvalidOid:
- * the idem_status enum) and NOT NULL.  A table changed since (a column
- * added, a type or NOT NULL changed) is written through the SQL, which
- * applies defaults, domain and NOT NULL constraints.
+ * The columns as the install script creates them: name and type
+ * (InvalidOid: the extension's idem_status).  A table changed since (a
+ * column added, a type, typmod, collation, default, identity or generated
+ * expression changed) is written through the SQL, which applies them.
  */
 static const struct
 {
 	const char *name;
 	Oid			type;
-	bool		not_null;
+	bool		nullable;		/* left NULL by a claim's insert */
 }			install_columns[] = {
-	{"scope", TEXTOID, true}, {"key", TEXTOID, true},
-	{"status", InvalidOid, true}, {"fingerprint", BYTEAOID, false},
-	{"result", JSONBOID, false}, {"recovery_point", TEXTOID, false},
-	{"fence", INT8OID, true}, {"locked_until", TIMESTAMPTZOID, false},
-	{"created_at", TIMESTAMPTZOID, true}, {"updated_at", TIMESTAMPTZOID, true},
-	{"expires_at", TIMESTAMPTZOID, true}
+	{"scope", TEXTOID, false}, {"key", TEXTOID, false},
+	{"status", InvalidOid, false}, {"fingerprint", BYTEAOID, true},
+	{"result", JSONBOID, true}, {"recovery_point", TEXTOID, true},
+	{"fence", INT8OID, false}, {"locked_until", TIMESTAMPTZOID, true},
+	{"created_at", TIMESTAMPTZOID, false}, {"updated_at", TIMESTAMPTZOID, false},
+	{"expires_at", TIMESTAMPTZOID, false}
 };
 
-/* The install script's CHECK constraints, which hold by construction */
-static const char *const install_checks[] = {
-	"idempotent_record_key_check", "idempotent_record_fence_check"
-};
-
+/* attnum of a live column, or InvalidAttrNumber */
 static AttrNumber
 column_number(TupleDesc desc, const char *name)
 {
@@ -94,14 +92,15 @@ column_number(TupleDesc desc, const char *name)
 		if (!att->attisdropped && strcmp(NameStr(att->attname), name) == 0)
 			return att->attnum;
 	}
-	elog(ERROR, "column \"%s\" is missing from idempotent_record", name);
-	return InvalidAttrNumber;	/* keep compiler quiet */
+	return InvalidAttrNumber;
 }
 
 /*
  * What the direct path needs to know of the table, computed once per table
  * and again after any change to it (a relcache invalidation: columns,
- * constraints, indexes).
+ * constraints, indexes).  A table it cannot read as installed gets no
+ * direct path at all (pk_index invalid): the SQL then gives its own
+ * answers and errors.
  */
 typedef struct RecordLayout
 {
@@ -110,10 +109,10 @@ typedef struct RecordLayout
 	Oid			status_value[IDEM_UNKNOWN + 1];
 	Oid			pk_index;		/* B-tree primary key on (scope, key), or
 								 * InvalidOid: no direct path at all */
-	Oid			expires_at_index;	/* B-tree on expires_at, or InvalidOid */
-	bool		install_shape;	/* columns, CHECK constraints and unique
-								 * indexes as installed: direct writes may
-								 * run */
+	Oid			expires_at_index;	/* ascending B-tree on expires_at, or
+									 * InvalidOid */
+	bool		install_shape;	/* columns and unique indexes as installed:
+								 * direct writes may run */
 } RecordLayout;
 
 static RecordLayout layout;
@@ -127,8 +126,12 @@ layout_invalidate(Datum arg, Oid relid)
 
 /* Is every column as the install script made it, and nothing added? */
 static bool
-columns_as_installed(TupleDesc desc)
+columns_as_installed(Relation heap, const RecordColumns *c)
 {
+	TupleDesc	desc = RelationGetDescr(heap);
+	Oid			status_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+											  CStringGetDatum("idem_status"),
+											  ObjectIdGetDatum(RelationGetNamespace(heap)));
 	int			columns = 0;
 
 	for (int i = 0; i < desc->natts; i++)
@@ -139,36 +142,22 @@ columns_as_installed(TupleDesc desc)
 	for (int i = 0; i < (int) lengthof(install_columns); i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, column_number(desc, install_columns[i].name) - 1);
+		Oid			type = OidIsValid(install_columns[i].type) ?
+			install_columns[i].type : status_type;
 
-		if (att->attnotnull != install_columns[i].not_null ||
-			att->attgenerated != '\0' ||
-			(OidIsValid(install_columns[i].type) ?
-			 att->atttypid != install_columns[i].type :
-			 get_typtype(att->atttypid) != TYPTYPE_ENUM))
+		if (att->atttypid != type || att->atttypmod != -1 ||
+			att->attcollation != (type == TEXTOID ? DEFAULT_COLLATION_OID : InvalidOid) ||
+			att->attidentity != '\0' || att->attgenerated != '\0' ||
+			(install_columns[i].nullable && att->atthasdef))
 			return false;
-		/* the claim's insert leaves the nullable columns NULL */
-		if (!install_columns[i].not_null && att->atthasdef)
-			return false;
-	}
-	if (desc->constr != NULL)
-	{
-		for (int i = 0; i < desc->constr->num_check; i++)
-		{
-			bool		installed = false;
-
-			for (int j = 0; j < (int) lengthof(install_checks); j++)
-				installed |= strcmp(desc->constr->check[i].ccname, install_checks[j]) == 0;
-			if (!installed)
-				return false;
-		}
 	}
 	return true;
 }
 
 /*
- * Find the primary key and expires_at indexes; false when there is another
- * unique or exclusion index (INSERT ... ON CONFLICT (scope, key) would take
- * a unique index on the same columns as an arbiter too).
+ * Find the primary key and purge's expires_at index; false when there is
+ * another unique or exclusion index (INSERT ... ON CONFLICT (scope, key)
+ * would take a unique index on the same columns as an arbiter too).
  */
 static bool
 find_indexes(Relation heap, RecordLayout *l)
@@ -177,19 +166,18 @@ find_indexes(Relation heap, RecordLayout *l)
 	ListCell   *lc;
 	bool		only_pk_unique = true;
 
-	l->pk_index = InvalidOid;
-	l->expires_at_index = InvalidOid;
 	foreach(lc, indexes)
 	{
 		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
 		Form_pg_index ind = index->rd_index;
 		bool		plain_btree = index->rd_rel->relam == BTREE_AM_OID &&
-			ind->indisvalid && heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL) &&
+			ind->indisvalid && index->rd_indoption[0] == 0 &&
+			heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL) &&
 			heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, NULL);
 
 		if (ind->indisprimary && plain_btree && ind->indnkeyatts == 2 &&
 			ind->indkey.values[0] == l->col.scope && ind->indkey.values[1] == l->col.key &&
-			!ind->indisexclusion && ind->indimmediate)
+			ind->indimmediate)
 			l->pk_index = RelationGetRelid(index);
 		else if (ind->indisunique || ind->indisexclusion)
 			only_pk_unique = false;
@@ -202,22 +190,13 @@ find_indexes(Relation heap, RecordLayout *l)
 	return only_pk_unique;
 }
 
-static const RecordLayout *
-record_layout(Relation heap)
+/* The columns and idem_status values; false if one is missing */
+static bool
+find_columns(Relation heap, RecordLayout *l)
 {
-	static bool callback_registered = false;
 	TupleDesc	desc = RelationGetDescr(heap);
-	RecordColumns *c = &layout.col;
-	bool		only_pk_unique;
+	RecordColumns *c = &l->col;
 
-	if (layout.relid == RelationGetRelid(heap))
-		return &layout;
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(layout_invalidate, (Datum) 0);
-		callback_registered = true;
-	}
-	layout.relid = InvalidOid;
 	c->scope = column_number(desc, "scope");
 	c->key = column_number(desc, "key");
 	c->status = column_number(desc, "status");
@@ -229,17 +208,42 @@ record_layout(Relation heap)
 	c->created_at = column_number(desc, "created_at");
 	c->updated_at = column_number(desc, "updated_at");
 	c->expires_at = column_number(desc, "expires_at");
+	for (int i = 0; i < (int) (sizeof(RecordColumns) / sizeof(AttrNumber)); i++)
+		if (((AttrNumber *) c)[i] == InvalidAttrNumber)
+			return false;
 	for (int i = 0; i <= (int) IDEM_UNKNOWN; i++)
 	{
-		layout.status_value[i] =
+		l->status_value[i] =
 			GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
 							ObjectIdGetDatum(TupleDescAttr(desc, c->status - 1)->atttypid),
 							CStringGetDatum(idem_status_names[i]));
-		if (!OidIsValid(layout.status_value[i]))
-			elog(ERROR, "idem_status has no value \"%s\"", idem_status_names[i]);
+		if (!OidIsValid(l->status_value[i]))
+			return false;
 	}
-	only_pk_unique = find_indexes(heap, &layout);
-	layout.install_shape = only_pk_unique && columns_as_installed(desc);
+	return true;
+}
+
+static const RecordLayout *
+record_layout(Relation heap)
+{
+	static bool callback_registered = false;
+
+	if (layout.relid == RelationGetRelid(heap))
+		return &layout;
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(layout_invalidate, (Datum) 0);
+		callback_registered = true;
+	}
+	layout.relid = InvalidOid;
+	layout.pk_index = InvalidOid;
+	layout.expires_at_index = InvalidOid;
+	layout.install_shape = false;
+	if (find_columns(heap, &layout))
+	{
+		layout.install_shape = find_indexes(heap, &layout) &&
+			columns_as_installed(heap, &layout.col);
+	}
 	layout.relid = RelationGetRelid(heap);
 	return &layout;
 }
@@ -249,42 +253,50 @@ record_layout(Relation heap)
  * privileges?  As for the SQL: USAGE on the schema and every one of the
  * privileges (pg_class_aclcheck would accept any one).  Row level security
  * that applies to the user (also with row_security = off, which makes the
- * SQL raise an error) leaves the work to the SQL, as does a table without
- * its primary key on (scope, key).
+ * SQL raise an error) leaves the work to the SQL, as do inheritance
+ * children (the SQL reads and writes them too) and a table the layout
+ * could not read as installed.
  */
 static bool
 caller_may(Relation heap, const RecordLayout *l, AclMode privileges)
 {
 	Oid			relid = RelationGetRelid(heap);
 
-	return OidIsValid(l->pk_index) &&
+	return OidIsValid(l->pk_index) && !heap->rd_rel->relhassubclass &&
 		pg_namespace_aclcheck(RelationGetNamespace(heap), GetUserId(), ACL_USAGE) == ACLCHECK_OK &&
 		(!heap->rd_rel->relrowsecurity ||
 		 check_enable_rls(relid, InvalidOid, true) != RLS_ENABLED) &&
 		pg_class_aclmask(relid, GetUserId(), privileges, ACLMASK_ALL) == privileges;
 }
 
-/* May the direct path stand in for the SQL? */
-static bool
-direct_allowed(Relation heap, const RecordLayout *l, AclMode privileges)
+/* The table's layout if the direct path may stand in for the SQL, or NULL */
+static const RecordLayout *
+direct_layout(Relation heap, AclMode privileges)
 {
-	return idem_direct_access && caller_may(heap, l, privileges);
+	const RecordLayout *l;
+
+	if (!idem_direct_access)
+		return NULL;
+	l = record_layout(heap);
+	return caller_may(heap, l, privileges) ? l : NULL;
 }
 
 /*
- * May a direct write stand in for the SQL's?  Not where the SQL would do
- * more than the row change: refuse it in a read-only transaction (25006)
- * or on a standby, fire triggers or rules, apply a default, a domain or a
- * NOT NULL constraint, or check a constraint or unique index added to the
- * table.  The install script's two CHECK constraints (key <> '', fence >
- * 0) hold by construction: keys are checked before any write (22023) and
- * fences start at 1 and only grow.
+ * ... and for a write: not where the SQL would do more than the row change
+ * and its constraints, which the direct write checks too: refuse it in a
+ * read-only transaction (25006) or on a standby, fire triggers or rules,
+ * or apply a default, a domain, a typmod, or a unique index added to the
+ * table.
  */
-static bool
-write_allowed(Relation heap, const RecordLayout *l, AclMode privileges)
+static const RecordLayout *
+write_layout(Relation heap, AclMode privileges)
 {
-	return direct_allowed(heap, l, privileges) && l->install_shape &&
-		!XactReadOnly && heap->trigdesc == NULL && heap->rd_rules == NULL;
+	const RecordLayout *l = direct_layout(heap, privileges);
+
+	if (l == NULL || !l->install_shape || XactReadOnly ||
+		heap->trigdesc != NULL || heap->rd_rules != NULL)
+		return NULL;
+	return l;
 }
 
 /* Scan keys for (scope, key) on the primary key index */
@@ -357,13 +369,13 @@ direct_read(Oid relid, const IdemKey *id, IdemRecord *rec, MemoryContext context
 	TupleTableSlot *slot;
 	DirectAnswer answer = DIRECT_NONE;
 
-	l = record_layout(heap);
-	col = l->col;
-	if (!direct_allowed(heap, l, ACL_SELECT))
+	l = direct_layout(heap, ACL_SELECT);
+	if (l == NULL)
 	{
 		table_close(heap, NoLock);
 		return DIRECT_NOT_USED;
 	}
+	col = l->col;
 	index = index_open(l->pk_index, AccessShareLock);
 	pk_scan_keys(index, id, skey);
 	snapshot = statement_snapshot();
@@ -495,45 +507,43 @@ purgeable(TupleTableSlot *slot, const RecordLayout *l, TimestampTz now)
 }
 
 /*
- * Delete the record version in slot unless another transaction holds it,
- * as the SQL's FOR UPDATE SKIP LOCKED then DELETE would: a version locked
- * or being written by another transaction is skipped; one that this
- * transaction locked is deleted; one replaced since the snapshot raises
- * 40001 under REPEATABLE READ and SERIALIZABLE, and otherwise its newest
- * version is locked (or skipped) and deleted if it is still expired (what
- * EvalPlanQual does).  Returns whether a record went.
+ * Delete the record version in slot as the SQL's FOR UPDATE SKIP LOCKED
+ * and DELETE would.  First without waiting for anyone; a version that
+ * someone holds is then locked as FOR UPDATE SKIP LOCKED locks it: taken
+ * over when this transaction is its only holder, skipped when another
+ * transaction holds it.  A version replaced since the snapshot raises
+ * 40001 under REPEATABLE READ and SERIALIZABLE, and is skipped under READ
+ * COMMITTED (the SQL's DELETE, with the statement's snapshot, cannot see
+ * the newer version its FOR UPDATE would lock).  Returns whether it went.
  */
 static bool
-purge_one(Relation heap, TupleTableSlot *slot, TupleTableSlot *newest,
-		  const RecordLayout *l, TimestampTz now, Snapshot snapshot,
-		  CommandId cid)
+purge_one(Relation heap, TupleTableSlot *slot, TupleTableSlot *scratch,
+		  Snapshot snapshot, CommandId cid)
 {
 	TM_FailureData tmfd;
+	TM_Result	result = table_tuple_delete(heap, &slot->tts_tid, cid, snapshot,
+											InvalidSnapshot, false, &tmfd, false);
 
-	switch (table_tuple_delete(heap, &slot->tts_tid, cid, snapshot,
-							   InvalidSnapshot, false, &tmfd, false))
+	if (result == TM_BeingModified)
+	{
+		result = table_tuple_lock(heap, &slot->tts_tid, snapshot, scratch, cid,
+								  LockTupleExclusive, LockWaitSkip, 0, &tmfd);
+		if (result == TM_Ok)
+			result = table_tuple_delete(heap, &slot->tts_tid, cid, snapshot,
+										InvalidSnapshot, true, &tmfd, false);
+	}
+	switch (result)
 	{
 		case TM_Ok:
 			return true;
-		case TM_BeingModified:
-			if (!TransactionIdIsCurrentTransactionId(tmfd.xmax))
-				return false;	/* SKIP LOCKED */
-			/* our own row lock: FOR UPDATE takes it over, no wait */
-			return table_tuple_delete(heap, &slot->tts_tid, cid, snapshot,
-									  InvalidSnapshot, true, &tmfd, false) == TM_Ok;
 		case TM_Updated:
 		case TM_Deleted:
 			if (IsolationUsesXactSnapshot())
 				ereport(ERROR,
 						errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 						errmsg("could not serialize access due to concurrent update"));
-			if (table_tuple_lock(heap, &slot->tts_tid, snapshot, newest, cid,
-								 LockTupleExclusive, LockWaitSkip,
-								 TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd) != TM_Ok ||
-				!purgeable(newest, l, now))
-				return false;
-			return table_tuple_delete(heap, &newest->tts_tid, cid, snapshot,
-									  InvalidSnapshot, true, &tmfd, false) == TM_Ok;
+			return false;
+		case TM_WouldBlock:
 		case TM_SelfModified:
 			return false;
 		default:
@@ -545,7 +555,8 @@ purge_one(Relation heap, TupleTableSlot *slot, TupleTableSlot *newest,
 /*
  * store_purge's direct path: delete up to batch_size records expired at
  * now, oldest first, walking the expires_at index, each as purge_one says
- * (without writing a row lock before each delete, as FOR UPDATE must).
+ * (without writing a row lock before each delete, as FOR UPDATE must,
+ * unless someone else holds the row).
  * Returns how many went, or DIRECT_NOT_USED.
  */
 int64
@@ -553,12 +564,12 @@ direct_purge(Oid relid, TimestampTz now, int32 batch_size)
 {
 	Relation	heap = table_open(relid, RowExclusiveLock);
 	Relation	index;
-	const RecordLayout *l = record_layout(heap);
+	const RecordLayout *l;
 	ScanKeyData skey;
 	Snapshot	snapshot;
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
-	TupleTableSlot *newest;
+	TupleTableSlot *scratch;
 	CommandId	cid;
 	int64		purged = 0;
 
@@ -566,9 +577,9 @@ direct_purge(Oid relid, TimestampTz now, int32 batch_size)
 	 * The SQL's SELECT ... FOR UPDATE needs UPDATE too; its DELETE fires
 	 * triggers and rules, and is refused in a read-only transaction.
 	 */
-	if (!direct_allowed(heap, l, ACL_SELECT | ACL_UPDATE | ACL_DELETE) ||
-		XactReadOnly || heap->trigdesc != NULL || heap->rd_rules != NULL ||
-		!OidIsValid(l->expires_at_index))
+	l = direct_layout(heap, ACL_SELECT | ACL_UPDATE | ACL_DELETE);
+	if (l == NULL || !OidIsValid(l->expires_at_index) ||
+		XactReadOnly || heap->trigdesc != NULL || heap->rd_rules != NULL)
 	{
 		table_close(heap, NoLock);
 		return DIRECT_NOT_USED;
@@ -583,18 +594,18 @@ direct_purge(Oid relid, TimestampTz now, int32 batch_size)
 	scan = index_beginscan(heap, index, snapshot, 1, 0);
 	index_rescan(scan, &skey, 1, NULL, 0);
 	slot = table_slot_create(heap, NULL);
-	newest = table_slot_create(heap, NULL);
+	scratch = table_slot_create(heap, NULL);
 
 	while (purged < batch_size &&
 		   index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		CHECK_FOR_INTERRUPTS();
 		if (purgeable(slot, l, now) &&
-			purge_one(heap, slot, newest, l, now, snapshot, cid))
+			purge_one(heap, slot, scratch, snapshot, cid))
 			purged++;
 	}
 
-	ExecDropSingleTupleTableSlot(newest);
+	ExecDropSingleTupleTableSlot(scratch);
 	ExecDropSingleTupleTableSlot(slot);
 	index_endscan(scan);
 	UnregisterSnapshot(snapshot);
@@ -618,16 +629,25 @@ typedef struct DirectWrite
 
 static void
 direct_write_begin(DirectWrite *w, Relation heap, bool speculative,
-				   Bitmapset *updated)
+				   const AttrNumber *columns, int ncolumns)
 {
 	RangeTblEntry *rte = makeNode(RangeTblEntry);
+	Bitmapset  *written = NULL;
 
-	/* the range table says which columns an update changes (index hints) */
+	/*
+	 * The range table says which columns the statement writes: an update's
+	 * index hints and a constraint error's detail depend on it.
+	 */
+	for (int i = 0; i < ncolumns; i++)
+		written = bms_add_member(written, columns[i] - FirstLowInvalidHeapAttributeNumber);
 	rte->rtekind = RTE_RELATION;
 	rte->relid = RelationGetRelid(heap);
 	rte->relkind = heap->rd_rel->relkind;
 	rte->rellockmode = RowExclusiveLock;
-	rte->updatedCols = updated;
+	if (speculative)
+		rte->insertedCols = written;
+	else
+		rte->updatedCols = written;
 	w->estate = CreateExecutorState();
 	ExecInitRangeTable(w->estate, list_make1(rte));
 	w->rri = makeNode(ResultRelInfo);
@@ -689,19 +709,30 @@ direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
 	Relation	heap = table_open(relid, RowExclusiveLock);
 	const RecordLayout *l;
 	RecordColumns col;
+	AttrNumber	inserted[9];
 	DirectWrite w;
 	List	   *arbiter;
 	TupleTableSlot *slot;
 	DirectAnswer answer = DIRECT_FOUND;
 
-	l = record_layout(heap);
-	col = l->col;
-	if (!write_allowed(heap, l, ACL_INSERT))
+	l = write_layout(heap, ACL_INSERT);
+	if (l == NULL)
 	{
 		table_close(heap, NoLock);
 		return DIRECT_NOT_USED;
 	}
-	direct_write_begin(&w, heap, true, NULL);
+	col = l->col;
+	/* the columns the SQL's INSERT names */
+	inserted[0] = col.scope;
+	inserted[1] = col.key;
+	inserted[2] = col.status;
+	inserted[3] = col.fingerprint;
+	inserted[4] = col.fence;
+	inserted[5] = col.locked_until;
+	inserted[6] = col.created_at;
+	inserted[7] = col.updated_at;
+	inserted[8] = col.expires_at;
+	direct_write_begin(&w, heap, true, inserted, lengthof(inserted));
 	arbiter = list_make1_oid(l->pk_index);
 
 	slot = ExecInitExtraTupleSlot(w.estate, RelationGetDescr(heap),
@@ -723,6 +754,7 @@ direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
 	SET(col.expires_at, TimestampTzGetDatum(t->expires_at));
 #undef SET
 	ExecStoreVirtualTuple(slot);
+	ExecConstraints(w.rri, slot, w.estate);
 
 	for (;;)
 	{
@@ -753,14 +785,25 @@ direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
 	return answer;
 }
 
-/* Does the record version in slot carry fence and no final outcome? */
+/*
+ * Is the record version in slot that of id, with fence and no final
+ * outcome?  (The WHERE clause of PLAN_SET_OUTCOME: a version reached by
+ * following an update may belong to another key.)
+ */
 static bool
-open_with_fence(TupleTableSlot *slot, const RecordLayout *l, int64 fence)
+open_with_fence(TupleTableSlot *slot, const RecordLayout *l, const IdemKey *id,
+				int64 fence)
 {
 	bool		isnull;
 	Oid			status = DatumGetObjectId(slot_getattr(slot, l->col.status, &isnull));
 
-	return DatumGetInt64(slot_getattr(slot, l->col.fence, &isnull)) == fence &&
+	return DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID,
+												slot_getattr(slot, l->col.scope, &isnull),
+												CStringGetTextDatum(id->scope))) &&
+		DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID,
+											 slot_getattr(slot, l->col.key, &isnull),
+											 CStringGetTextDatum(id->key))) &&
+		DatumGetInt64(slot_getattr(slot, l->col.fence, &isnull)) == fence &&
 		(status == l->status_value[IDEM_IN_PROGRESS] ||
 		 status == l->status_value[IDEM_UNKNOWN]);
 }
@@ -815,9 +858,8 @@ direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 {
 	Relation	heap = table_open(relid, RowExclusiveLock);
 	Relation	index;
-	const RecordLayout *l = record_layout(heap);
+	const RecordLayout *l = write_layout(heap, ACL_SELECT | ACL_UPDATE);
 	ScanKeyData skey[2];
-	Bitmapset  *updated = NULL;
 	AttrNumber	changed[5];
 	DirectWrite w;
 	IndexScanDesc scan;
@@ -825,7 +867,7 @@ direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 	TupleTableSlot *new;
 	DirectAnswer answer = DIRECT_NONE;
 
-	if (!write_allowed(heap, l, ACL_SELECT | ACL_UPDATE))
+	if (l == NULL)
 	{
 		table_close(heap, NoLock);
 		return DIRECT_NOT_USED;
@@ -837,9 +879,7 @@ direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 	changed[2] = l->col.locked_until;
 	changed[3] = l->col.updated_at;
 	changed[4] = l->col.expires_at;
-	for (int i = 0; i < (int) lengthof(changed); i++)
-		updated = bms_add_member(updated, changed[i] - FirstLowInvalidHeapAttributeNumber);
-	direct_write_begin(&w, heap, false, updated);
+	direct_write_begin(&w, heap, false, changed, lengthof(changed));
 	old = w.slot;
 	new = ExecInitExtraTupleSlot(w.estate, RelationGetDescr(heap),
 								 table_slot_callbacks(heap));
@@ -853,7 +893,7 @@ direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 	index_endscan(scan);
 	index_close(index, AccessShareLock);
 
-	while (!TupIsNull(old) && open_with_fence(old, l, fence))
+	while (!TupIsNull(old) && open_with_fence(old, l, id, fence))
 	{
 		TM_FailureData tmfd;
 		LockTupleMode lockmode;
@@ -862,6 +902,7 @@ direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 
 		CHECK_FOR_INTERRUPTS();
 		outcome_version(old, new, l, status, result, now);
+		ExecConstraints(w.rri, new, w.estate);
 		switch (table_tuple_update(heap, &old->tts_tid, new,
 								   w.estate->es_output_cid,
 								   w.estate->es_snapshot, InvalidSnapshot,
