@@ -39,6 +39,7 @@
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
@@ -113,6 +114,10 @@ typedef struct RecordLayout
 									 * InvalidOid */
 	bool		install_shape;	/* columns and unique indexes as installed:
 								 * direct writes may run */
+	MemoryContext context;		/* holds checks */
+	int			nchecks;
+	Node	  **checks;			/* the CHECK constraints' expressions, in
+								 * the relcache's order, deserialized once */
 } RecordLayout;
 
 static RecordLayout layout;
@@ -223,6 +228,26 @@ find_columns(Relation heap, RecordLayout *l)
 	return true;
 }
 
+/*
+ * The CHECK constraints' expressions, deserialized once: ExecConstraints
+ * would read them from their text at every call.
+ */
+static void
+find_checks(Relation heap, RecordLayout *l)
+{
+	TupleConstr *constr = RelationGetDescr(heap)->constr;
+	MemoryContext old;
+
+	if (constr == NULL || constr->num_check == 0)
+		return;
+	old = MemoryContextSwitchTo(l->context);
+	l->checks = palloc(constr->num_check * sizeof(Node *));
+	for (int i = 0; i < constr->num_check; i++)
+		l->checks[i] = stringToNode(constr->check[i].ccbin);
+	l->nchecks = constr->num_check;
+	MemoryContextSwitchTo(old);
+}
+
 static const RecordLayout *
 record_layout(Relation heap)
 {
@@ -239,10 +264,18 @@ record_layout(Relation heap)
 	layout.pk_index = InvalidOid;
 	layout.expires_at_index = InvalidOid;
 	layout.install_shape = false;
+	if (layout.context == NULL)
+		layout.context = AllocSetContextCreate(CacheMemoryContext, "idempotency record layout",
+											   ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(layout.context);
+	layout.nchecks = 0;
+	layout.checks = NULL;
 	if (find_columns(heap, &layout))
 	{
 		layout.install_shape = find_indexes(heap, &layout) &&
 			columns_as_installed(heap, &layout.col);
+		if (layout.install_shape)
+			find_checks(heap, &layout);
 	}
 	layout.relid = RelationGetRelid(heap);
 	return &layout;
@@ -628,9 +661,10 @@ typedef struct DirectWrite
 } DirectWrite;
 
 static void
-direct_write_begin(DirectWrite *w, Relation heap, bool speculative,
-				   const AttrNumber *columns, int ncolumns)
+direct_write_begin(DirectWrite *w, Relation heap, const RecordLayout *l,
+				   bool speculative, const AttrNumber *columns, int ncolumns)
 {
+	TupleConstr *constr = RelationGetDescr(heap)->constr;
 	RangeTblEntry *rte = makeNode(RangeTblEntry);
 	Bitmapset  *written = NULL;
 
@@ -652,6 +686,16 @@ direct_write_begin(DirectWrite *w, Relation heap, bool speculative,
 	ExecInitRangeTable(w->estate, list_make1(rte));
 	w->rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(w->rri, heap, 1, NULL, 0);
+	/* what ExecConstraints would build from the constraints' text */
+	if (constr != NULL && constr->num_check == l->nchecks && l->nchecks > 0)
+	{
+		MemoryContext old = MemoryContextSwitchTo(w->estate->es_query_cxt);
+
+		w->rri->ri_ConstraintExprs = palloc(l->nchecks * sizeof(ExprState *));
+		for (int i = 0; i < l->nchecks; i++)
+			w->rri->ri_ConstraintExprs[i] = ExecPrepareExpr((Expr *) l->checks[i], w->estate);
+		MemoryContextSwitchTo(old);
+	}
 	ExecOpenIndices(w->rri, speculative);
 	w->estate->es_output_cid = GetCurrentCommandId(true);
 	w->estate->es_snapshot = statement_snapshot();
@@ -732,7 +776,7 @@ direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
 	inserted[6] = col.created_at;
 	inserted[7] = col.updated_at;
 	inserted[8] = col.expires_at;
-	direct_write_begin(&w, heap, true, inserted, lengthof(inserted));
+	direct_write_begin(&w, heap, l, true, inserted, lengthof(inserted));
 	arbiter = list_make1_oid(l->pk_index);
 
 	slot = ExecInitExtraTupleSlot(w.estate, RelationGetDescr(heap),
@@ -879,7 +923,7 @@ direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 	changed[2] = l->col.locked_until;
 	changed[3] = l->col.updated_at;
 	changed[4] = l->col.expires_at;
-	direct_write_begin(&w, heap, false, changed, lengthof(changed));
+	direct_write_begin(&w, heap, l, false, changed, lengthof(changed));
 	old = w.slot;
 	new = ExecInitExtraTupleSlot(w.estate, RelationGetDescr(heap),
 								 table_slot_callbacks(heap));
