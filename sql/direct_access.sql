@@ -246,6 +246,31 @@ SELECT string_agg(key, ',' ORDER BY key) AS left_after_two FROM idempotent_recor
 ROLLBACK;
 DELETE FROM idempotent_record WHERE key LIKE 'e_';
 
+-- ... a constraint that calls the extension while a write runs (nested
+-- calls keep the state of the enclosing one), with either path; each
+-- commits, where a lost SPI connection would warn
+CREATE FUNCTION direct_nested_lookup(k text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM * FROM idem_lookup('nested-' || k);
+    RETURN true;
+END $$;
+ALTER TABLE idempotent_record ADD CONSTRAINT direct_nested CHECK (direct_nested_lookup(key)),
+    ADD CONSTRAINT direct_literal CHECK (key NOT IN ('a-literal-long-enough-to-be-by-reference'));
+BEGIN;
+SELECT outcome FROM idem_claim('nested-1');
+SELECT idem_finish('nested-1', '{}');
+COMMIT;
+SET idempotency.direct_access = off;
+BEGIN;
+SELECT outcome FROM idem_claim('nested-2');
+SELECT idem_finish('nested-2', '{}');
+COMMIT;
+RESET idempotency.direct_access;
+SELECT key, status FROM idempotent_record WHERE key LIKE 'nested-%' ORDER BY key;
+ALTER TABLE idempotent_record DROP CONSTRAINT direct_nested, DROP CONSTRAINT direct_literal;
+DROP FUNCTION direct_nested_lookup(text);
+DELETE FROM idempotent_record WHERE key LIKE 'nested-%';
+
 -- ... a read-only transaction refuses the writes (25006), purge included
 \set VERBOSITY terse
 BEGIN READ ONLY;

@@ -301,6 +301,7 @@ PG_FUNCTION_INFO_V1(idem_claim);
 Datum
 idem_claim(PG_FUNCTION_ARGS)
 {
+	StoreBracket outer;
 	IdemKey		id = get_idem_key(fcinfo, CLAIM_KEY, CLAIM_SCOPE, "idem_claim");
 	bytea	   *fingerprint = PG_ARGISNULL(CLAIM_FINGERPRINT) ? NULL :
 		PG_GETARG_BYTEA_PP(CLAIM_FINGERPRINT);
@@ -315,10 +316,10 @@ idem_claim(PG_FUNCTION_ARGS)
 	loop.wait = PG_GETARG_BOOL(CLAIM_WAIT);
 	claim_times(fcinfo, &t);	/* check ttl and lease before anything */
 
-	store_begin(fcinfo->flinfo->fn_oid, !loop.wait);
+	store_begin(fcinfo->flinfo->fn_oid, !loop.wait, &outer);
 	while (!claim_attempt(fcinfo, &id, fingerprint, &loop, &a))
 		CHECK_FOR_INTERRUPTS();
-	store_end();
+	store_end(&outer);
 	idem_count(a.outcome == OUTCOME_CLAIMED ? IDEM_COUNT_CLAIMS :
 			   a.outcome == OUTCOME_REPLAY ? IDEM_COUNT_REPLAYS : IDEM_COUNT_IN_PROGRESS);
 
@@ -349,14 +350,15 @@ PG_FUNCTION_INFO_V1(idem_lookup);
 Datum
 idem_lookup(PG_FUNCTION_ARGS)
 {
+	StoreBracket outer;
 	IdemKey		id = get_idem_key(fcinfo, 0, 1, "idem_lookup");
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	HeapTuple	tuple;
 
 	InitMaterializedSRF(fcinfo, 0);
-	store_begin(fcinfo->flinfo->fn_oid, false);
+	store_begin(fcinfo->flinfo->fn_oid, false, &outer);
 	tuple = store_lookup(&id, GetCurrentTimestamp());
-	store_end();
+	store_end(&outer);
 	if (tuple != NULL)
 		tuplestore_puttuple(rsinfo->setResult, tuple);
 	return (Datum) 0;

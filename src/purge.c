@@ -21,6 +21,7 @@ PG_FUNCTION_INFO_V1(idem_purge);
 Datum
 idem_purge(PG_FUNCTION_ARGS)
 {
+	StoreBracket outer;
 	int32		batch_size;
 	int64		purged;
 	TimestampTz now;
@@ -34,9 +35,9 @@ idem_purge(PG_FUNCTION_ARGS)
 				errdetail("The batch_size given is %d.", batch_size));
 
 	now = GetCurrentTimestamp();
-	store_begin(fcinfo->flinfo->fn_oid, false);
+	store_begin(fcinfo->flinfo->fn_oid, false, &outer);
 	purged = store_purge(now, batch_size);
-	store_end();
+	store_end(&outer);
 	if (purged < batch_size)
 		purged += tokens_purge(fcinfo->flinfo->fn_oid, now, batch_size - purged);
 	idem_count_n(IDEM_COUNT_ROWS_PURGED, purged);

@@ -121,12 +121,14 @@ typedef struct RecordLayout
 } RecordLayout;
 
 static RecordLayout layout;
+static uint64 layout_invalidations = 0;
 
 static void
 layout_invalidate(Datum arg, Oid relid)
 {
 	if (!OidIsValid(relid) || relid == layout.relid)
 		layout.relid = InvalidOid;
+	layout_invalidations++;
 }
 
 /* Is every column as the install script made it, and nothing added? */
@@ -252,6 +254,7 @@ static const RecordLayout *
 record_layout(Relation heap)
 {
 	static bool callback_registered = false;
+	uint64		invalidations = layout_invalidations;
 
 	if (layout.relid == RelationGetRelid(heap))
 		return &layout;
@@ -277,7 +280,9 @@ record_layout(Relation heap)
 		if (layout.install_shape)
 			find_checks(heap, &layout);
 	}
-	layout.relid = RelationGetRelid(heap);
+	/* an invalidation met while computing (opening an index) may be ours */
+	if (invalidations == layout_invalidations)
+		layout.relid = RelationGetRelid(heap);
 	return &layout;
 }
 
@@ -692,8 +697,9 @@ direct_write_begin(DirectWrite *w, Relation heap, const RecordLayout *l,
 		MemoryContext old = MemoryContextSwitchTo(w->estate->es_query_cxt);
 
 		w->rri->ri_ConstraintExprs = palloc(l->nchecks * sizeof(ExprState *));
+		/* a copy: the layout may be recomputed by a nested call meanwhile */
 		for (int i = 0; i < l->nchecks; i++)
-			w->rri->ri_ConstraintExprs[i] = ExecPrepareExpr((Expr *) l->checks[i], w->estate);
+			w->rri->ri_ConstraintExprs[i] = ExecPrepareExpr((Expr *) copyObject(l->checks[i]), w->estate);
 		MemoryContextSwitchTo(old);
 	}
 	ExecOpenIndices(w->rri, speculative);

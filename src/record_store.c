@@ -153,29 +153,24 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 static SPIPlanPtr plans[NUM_PLANS];
 static SavedPlans store_plans = {"idempotent_record", plan_defs, NUM_PLANS, plans, InvalidOid};
 
-/* State of the current store_begin .. store_end bracket */
-static Oid	store_namespace = InvalidOid;
-static Oid	store_table = InvalidOid;	/* idempotent_record, once looked up */
-static MemoryContext caller_context = NULL;
-static bool store_nowait = false;	/* claim writes must not wait */
-static bool write_would_wait = false;	/* ... and the last one would have */
-static bool spi_connected = false;	/* SPI is connected on first use */
+/* State of the innermost store_begin .. store_end bracket */
+static StoreBracket cur;
 
 static void
 spi_ready(void)
 {
-	if (spi_connected)
+	if (cur.spi_connected)
 		return;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	spi_connected = true;
+	cur.spi_connected = true;
 }
 
 static int
 store_exec(StorePlanId id, Datum *values, const char *nulls, int expected)
 {
 	spi_ready();
-	return (int) saved_plan_exec(&store_plans, id, store_namespace, values,
+	return (int) saved_plan_exec(&store_plans, id, cur.namespace, values,
 								 nulls, expected);
 }
 
@@ -195,8 +190,8 @@ store_exec_claim_write(StorePlanId id, Datum *values, const char *nulls,
 	ResourceOwner owner = CurrentResourceOwner;
 	volatile int processed = 0;
 
-	write_would_wait = false;
-	if (!store_nowait)
+	cur.write_would_wait = false;
+	if (!cur.nowait)
 		return store_exec(id, values, nulls, expected);
 
 	spi_ready();				/* outside the subtransaction it outlives */
@@ -226,7 +221,7 @@ store_exec_claim_write(StorePlanId id, Datum *values, const char *nulls,
 			ReThrowError(edata);
 		FreeErrorData(edata);
 		processed = 0;
-		write_would_wait = true;
+		cur.write_would_wait = true;
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(context);
@@ -238,7 +233,7 @@ store_exec_claim_write(StorePlanId id, Datum *values, const char *nulls,
 bool
 store_write_would_wait(void)
 {
-	return write_would_wait;
+	return cur.write_would_wait;
 }
 
 /*
@@ -247,13 +242,14 @@ store_write_would_wait(void)
  * nowait, the writes of a claim never wait for another transaction.
  */
 void
-store_begin(Oid extension_function, bool nowait)
+store_begin(Oid extension_function, bool nowait, StoreBracket *outer)
 {
-	caller_context = CurrentMemoryContext;
-	store_nowait = nowait;
-	store_namespace = get_func_namespace(extension_function);
-	store_table = InvalidOid;
-	spi_connected = false;
+	*outer = cur;
+	cur.caller_context = CurrentMemoryContext;
+	cur.nowait = nowait;
+	cur.namespace = get_func_namespace(extension_function);
+	cur.table = InvalidOid;
+	cur.spi_connected = false;
 }
 
 /* Did the direct path answer?  Then *found is its answer. */
@@ -268,22 +264,21 @@ direct_answered(DirectAnswer answer, bool *found)
 static Oid
 store_relid(void)
 {
-	if (!OidIsValid(store_table))
+	if (!OidIsValid(cur.table))
 	{
-		store_table = get_relname_relid("idempotent_record", store_namespace);
-		if (!OidIsValid(store_table))
+		cur.table = get_relname_relid("idempotent_record", cur.namespace);
+		if (!OidIsValid(cur.table))
 			elog(ERROR, "table idempotent_record is missing from the extension's schema");
 	}
-	return store_table;
+	return cur.table;
 }
 
 void
-store_end(void)
+store_end(const StoreBracket *outer)
 {
-	if (spi_connected)
+	if (cur.spi_connected)
 		SPI_finish();
-	spi_connected = false;
-	caller_context = NULL;
+	cur = *outer;
 }
 
 /*
@@ -301,7 +296,7 @@ column_copy(int attno, bool *isnull)
 
 	if (*isnull)
 		return (Datum) 0;
-	old = MemoryContextSwitchTo(caller_context);
+	old = MemoryContextSwitchTo(cur.caller_context);
 	if (att->attlen == -1)
 		d = PointerGetDatum(PG_DETOAST_DATUM_COPY(d));
 	else
@@ -339,7 +334,7 @@ store_read(const IdemKey *id, IdemRecord *rec)
 	Datum		d;
 	bool		found;
 
-	if (direct_answered(direct_read(store_relid(), id, rec, caller_context), &found))
+	if (direct_answered(direct_read(store_relid(), id, rec, cur.caller_context), &found))
 		return found;
 
 	id_values(id, values);
@@ -353,7 +348,7 @@ store_read(const IdemKey *id, IdemRecord *rec)
 	d = column_copy(3, &isnull);
 	rec->result = isnull ? NULL : DatumGetJsonbP(d);
 	d = column_copy(4, &isnull);
-	rec->recovery_point = isnull ? NULL : MemoryContextStrdup(caller_context, TextDatumGetCString(d));
+	rec->recovery_point = isnull ? NULL : MemoryContextStrdup(cur.caller_context, TextDatumGetCString(d));
 	rec->fence = DatumGetInt64(column_copy(5, &isnull));
 	rec->locked_until = DatumGetTimestampTz(column_copy(6, &isnull));
 	rec->has_lease = !isnull;
@@ -375,8 +370,8 @@ store_insert(const IdemKey *id, bytea *fingerprint, const IdemClaimSpec *t)
 	bool		inserted;
 
 	/* wait => false keeps its write in the SQL, under a 1 ms lock_timeout */
-	write_would_wait = false;
-	if (!store_nowait &&
+	cur.write_would_wait = false;
+	if (!cur.nowait &&
 		direct_answered(direct_insert(store_relid(), id, fingerprint, t), &inserted))
 		return inserted;
 
@@ -537,7 +532,7 @@ store_lookup(const IdemKey *id, TimestampTz now)
 	values[2] = TimestampTzGetDatum(now);
 	if (store_exec(PLAN_LOOKUP, values, NULL, SPI_OK_SELECT) == 0)
 		return NULL;
-	old = MemoryContextSwitchTo(caller_context);
+	old = MemoryContextSwitchTo(cur.caller_context);
 	tuple = heap_copytuple(SPI_tuptable->vals[0]);
 	MemoryContextSwitchTo(old);
 	return tuple;
@@ -551,5 +546,5 @@ bool
 store_probe_uncommitted(const IdemKey *id, bytea **fingerprint)
 {
 	return direct_probe_uncommitted(store_relid(), id, fingerprint,
-									caller_context) == DIRECT_FOUND;
+									cur.caller_context) == DIRECT_FOUND;
 }
