@@ -252,6 +252,12 @@ DELETE FROM idempotent_record WHERE key LIKE 'e_';
 CREATE FUNCTION direct_nested_lookup(k text) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM * FROM idem_lookup('nested-' || k);
+    -- a nested call that fails inside its bracket, the error caught here
+    BEGIN
+        PERFORM idem_finish('nested-never-claimed', '{}');
+    EXCEPTION WHEN SQLSTATE 'IK002' THEN
+        NULL;
+    END;
     RETURN true;
 END $$;
 ALTER TABLE idempotent_record ADD CONSTRAINT direct_nested CHECK (direct_nested_lookup(key)),

@@ -301,7 +301,6 @@ PG_FUNCTION_INFO_V1(idem_claim);
 Datum
 idem_claim(PG_FUNCTION_ARGS)
 {
-	StoreBracket outer;
 	IdemKey		id = get_idem_key(fcinfo, CLAIM_KEY, CLAIM_SCOPE, "idem_claim");
 	bytea	   *fingerprint = PG_ARGISNULL(CLAIM_FINGERPRINT) ? NULL :
 		PG_GETARG_BYTEA_PP(CLAIM_FINGERPRINT);
@@ -316,10 +315,10 @@ idem_claim(PG_FUNCTION_ARGS)
 	loop.wait = PG_GETARG_BOOL(CLAIM_WAIT);
 	claim_times(fcinfo, &t);	/* check ttl and lease before anything */
 
-	store_begin(fcinfo->flinfo->fn_oid, !loop.wait, &outer);
+	store_begin(fcinfo->flinfo->fn_oid, !loop.wait);
 	while (!claim_attempt(fcinfo, &id, fingerprint, &loop, &a))
 		CHECK_FOR_INTERRUPTS();
-	store_end(&outer);
+	store_end();
 	idem_count(a.outcome == OUTCOME_CLAIMED ? IDEM_COUNT_CLAIMS :
 			   a.outcome == OUTCOME_REPLAY ? IDEM_COUNT_REPLAYS : IDEM_COUNT_IN_PROGRESS);
 
@@ -350,15 +349,14 @@ PG_FUNCTION_INFO_V1(idem_lookup);
 Datum
 idem_lookup(PG_FUNCTION_ARGS)
 {
-	StoreBracket outer;
 	IdemKey		id = get_idem_key(fcinfo, 0, 1, "idem_lookup");
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	HeapTuple	tuple;
 
 	InitMaterializedSRF(fcinfo, 0);
-	store_begin(fcinfo->flinfo->fn_oid, false, &outer);
+	store_begin(fcinfo->flinfo->fn_oid, false);
 	tuple = store_lookup(&id, GetCurrentTimestamp());
-	store_end(&outer);
+	store_end();
 	if (tuple != NULL)
 		tuplestore_puttuple(rsinfo->setResult, tuple);
 	return (Datum) 0;

@@ -100,23 +100,9 @@ typedef struct IdemClaimSpec
  * caller's privileges (SPI is connected when a statement needs it);
  * copied-out values live in the caller's context.
  */
-typedef struct StoreBracket
-{
-	Oid			namespace;		/* the extension's schema */
-	Oid			table;			/* idempotent_record, once looked up */
-	MemoryContext caller_context;	/* where values are copied out to */
-	bool		nowait;			/* claim writes must not wait */
-	bool		write_would_wait;	/* ... and the last one would have */
-	bool		spi_connected;	/* SPI is connected on first use */
-} StoreBracket;
-
-/*
- * store_begin saves the state of an enclosing bracket in *outer (a trigger
- * or constraint may call the extension while the store runs a statement)
- * and store_end puts it back.
- */
-extern void store_begin(Oid extension_function, bool nowait, StoreBracket *outer);
-extern void store_end(const StoreBracket *outer);
+extern void store_begin(Oid extension_function, bool nowait);
+extern void store_end(void);
+extern void store_register_callbacks(void);
 extern bool store_read(const IdemKey *id, IdemRecord *rec);
 extern bool store_insert(const IdemKey *id, bytea *fingerprint,
 						 const IdemClaimSpec *t);

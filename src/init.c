@@ -51,5 +51,6 @@ _PG_init(void)
 	MarkGUCPrefixReserved("idempotency");
 
 	claims_register_callbacks();
+	store_register_callbacks();	/* nested store brackets */
 	stats_init();				/* shared counters, when preloaded */
 }

@@ -55,17 +55,16 @@ PG_FUNCTION_INFO_V1(idem_once);
 Datum
 idem_once(PG_FUNCTION_ARGS)
 {
-	StoreBracket outer;
 	IdemKey		id = get_idem_key(fcinfo, 0, 1, "idem_once");
 	int			first;
 	int			hidden = 0;
 
 	(void) ttl_end(fcinfo, 2, GetCurrentTimestamp());	/* check it first */
 
-	store_begin(fcinfo->flinfo->fn_oid, false, &outer);
+	store_begin(fcinfo->flinfo->fn_oid, false);
 	while ((first = once_attempt(fcinfo, &id, &hidden)) < 0)
 		CHECK_FOR_INTERRUPTS();
-	store_end(&outer);
+	store_end();
 
 	idem_count(first ? IDEM_COUNT_CLAIMS : IDEM_COUNT_REPLAYS);
 	PG_RETURN_BOOL(first == 1);

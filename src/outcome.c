@@ -136,13 +136,12 @@ static void
 record_outcome(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 			   const char *fn, OutcomeKind kind, Jsonb *result)
 {
-	StoreBracket outer;
 	static const IdemStatus status_of[] = {IDEM_SUCCEEDED, IDEM_FAILED, IDEM_UNKNOWN};
 	HeldClaim  *held;
 	int64		fence;
 	bool		done;
 
-	store_begin(fcinfo->flinfo->fn_oid, false, &outer);
+	store_begin(fcinfo->flinfo->fn_oid, false);
 	fence = required_fence(fcinfo, id, fence_arg, fn, &held);
 	if (kind == RELEASE_KEY)
 		done = store_release(id, fence, GetCurrentTimestamp());
@@ -151,7 +150,7 @@ record_outcome(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 								 GetCurrentTimestamp());
 	if (!done)
 		explain_refusal(id, fence, fn);
-	store_end(&outer);
+	store_end();
 
 	if (held != NULL)
 		claims_mark_finished(held);
@@ -231,7 +230,6 @@ PG_FUNCTION_INFO_V1(idem_checkpoint);
 Datum
 idem_checkpoint(PG_FUNCTION_ARGS)
 {
-	StoreBracket outer;
 	IdemKey		id = get_idem_key(fcinfo, ARG_KEY, 2, "idem_checkpoint");
 	HeldClaim  *held;
 	int64		fence;
@@ -240,11 +238,11 @@ idem_checkpoint(PG_FUNCTION_ARGS)
 	require_arg(fcinfo, 1, "recovery_point", "idem_checkpoint");
 	recovery_point = text_to_cstring(PG_GETARG_TEXT_PP(1));
 
-	store_begin(fcinfo->flinfo->fn_oid, false, &outer);
+	store_begin(fcinfo->flinfo->fn_oid, false);
 	fence = required_fence(fcinfo, &id, 3, "idem_checkpoint", &held);
 	if (!store_checkpoint(&id, fence, recovery_point, GetCurrentTimestamp()))
 		explain_refusal(&id, fence, "idem_checkpoint");
-	store_end(&outer);
+	store_end();
 	PG_RETURN_VOID();
 }
 
@@ -260,7 +258,6 @@ PG_FUNCTION_INFO_V1(idem_extend_lease);
 Datum
 idem_extend_lease(PG_FUNCTION_ARGS)
 {
-	StoreBracket outer;
 	IdemKey		id = get_idem_key(fcinfo, ARG_KEY, 2, "idem_extend_lease");
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz locked_until;
@@ -270,10 +267,10 @@ idem_extend_lease(PG_FUNCTION_ARGS)
 	require_arg(fcinfo, 1, "lease", "idem_extend_lease");
 	locked_until = interval_end(fcinfo, 1, "lease", now);
 
-	store_begin(fcinfo->flinfo->fn_oid, false, &outer);
+	store_begin(fcinfo->flinfo->fn_oid, false);
 	fence = required_fence(fcinfo, &id, 3, "idem_extend_lease", &held);
 	if (!store_extend_lease(&id, fence, locked_until, now))
 		explain_refusal(&id, fence, "idem_extend_lease");
-	store_end(&outer);
+	store_end();
 	PG_RETURN_TIMESTAMPTZ(locked_until);
 }

@@ -21,7 +21,6 @@ PG_FUNCTION_INFO_V1(idem_purge);
 Datum
 idem_purge(PG_FUNCTION_ARGS)
 {
-	StoreBracket outer;
 	int32		batch_size;
 	int64		purged;
 	TimestampTz now;
@@ -35,9 +34,9 @@ idem_purge(PG_FUNCTION_ARGS)
 				errdetail("The batch_size given is %d.", batch_size));
 
 	now = GetCurrentTimestamp();
-	store_begin(fcinfo->flinfo->fn_oid, false, &outer);
+	store_begin(fcinfo->flinfo->fn_oid, false);
 	purged = store_purge(now, batch_size);
-	store_end(&outer);
+	store_end();
 	if (purged < batch_size)
 		purged += tokens_purge(fcinfo->flinfo->fn_oid, now, batch_size - purged);
 	idem_count_n(IDEM_COUNT_ROWS_PURGED, purged);

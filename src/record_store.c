@@ -153,8 +153,31 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 static SPIPlanPtr plans[NUM_PLANS];
 static SavedPlans store_plans = {"idempotent_record", plan_defs, NUM_PLANS, plans, InvalidOid};
 
-/* State of the innermost store_begin .. store_end bracket */
+/*
+ * State of the innermost store_begin .. store_end bracket, and of the
+ * brackets it is nested in: a trigger or constraint may call the extension
+ * while the store runs a statement.  A bracket that an error left is
+ * dropped when its (sub)transaction aborts.
+ */
+typedef struct StoreBracket
+{
+	Oid			namespace;		/* the extension's schema */
+	Oid			table;			/* idempotent_record, once looked up */
+	MemoryContext caller_context;	/* where values are copied out to */
+	bool		nowait;			/* claim writes must not wait */
+	bool		write_would_wait;	/* ... and the last one would have */
+	bool		spi_connected;	/* SPI is connected on first use */
+} StoreBracket;
+
+#define MAX_NESTED_BRACKETS 16
+
 static StoreBracket cur;
+static struct
+{
+	StoreBracket enclosing;		/* state to restore at store_end */
+	int			nest_level;		/* transaction nesting level at store_begin */
+}			nested[MAX_NESTED_BRACKETS];
+static int	n_nested = 0;
 
 static void
 spi_ready(void)
@@ -242,9 +265,17 @@ store_write_would_wait(void)
  * nowait, the writes of a claim never wait for another transaction.
  */
 void
-store_begin(Oid extension_function, bool nowait, StoreBracket *outer)
+store_begin(Oid extension_function, bool nowait)
 {
-	*outer = cur;
+	if (n_nested == MAX_NESTED_BRACKETS)
+		ereport(ERROR,
+				errcode(ERRCODE_STATEMENT_TOO_COMPLEX),
+				errmsg("idempotency functions are nested too deeply"),
+				errdetail("A trigger or constraint on idempotent_record called the extension's functions %d levels deep.",
+						  MAX_NESTED_BRACKETS));
+	nested[n_nested].enclosing = cur;
+	nested[n_nested].nest_level = GetCurrentTransactionNestLevel();
+	n_nested++;
 	cur.caller_context = CurrentMemoryContext;
 	cur.nowait = nowait;
 	cur.namespace = get_func_namespace(extension_function);
@@ -274,11 +305,41 @@ store_relid(void)
 }
 
 void
-store_end(const StoreBracket *outer)
+store_end(void)
 {
 	if (cur.spi_connected)
 		SPI_finish();
-	cur = *outer;
+	cur = nested[--n_nested].enclosing;
+}
+
+/* Brackets begun in an aborted (sub)transaction were left by an error */
+static void
+store_subxact_callback(SubXactEvent event, SubTransactionId subid,
+					   SubTransactionId parent, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (event != SUBXACT_EVENT_ABORT_SUB)
+		return;
+	while (n_nested > 0 && nested[n_nested - 1].nest_level >= level)
+		cur = nested[--n_nested].enclosing;
+}
+
+static void
+store_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+	{
+		n_nested = 0;
+		memset(&cur, 0, sizeof(cur));
+	}
+}
+
+void
+store_register_callbacks(void)
+{
+	RegisterXactCallback(store_xact_callback, NULL);
+	RegisterSubXactCallback(store_subxact_callback, NULL);
 }
 
 /*
