@@ -365,6 +365,17 @@ REVOKE ALL ON idempotent_record FROM regress_direct_partial;
 REVOKE ALL ON FUNCTION idem_purge(integer) FROM regress_direct_partial;
 DROP ROLE regress_direct_partial;
 
+-- the table found once per schema is looked up again when it is replaced
+BEGIN;
+SELECT outcome FROM idem_claim('before-recreate');
+SELECT idem_finish('before-recreate', '{}');
+DROP EXTENSION idempotency;
+CREATE EXTENSION idempotency;
+SELECT outcome FROM idem_claim('before-recreate');
+SELECT idem_finish('before-recreate', '{"recreated": true}');
+SELECT key, result FROM idempotent_record;
+ROLLBACK;
+
 -- the setting is a boolean
 SET idempotency.direct_access = 'sometimes';
 :sqlstate

@@ -51,6 +51,6 @@ _PG_init(void)
 	MarkGUCPrefixReserved("idempotency");
 
 	claims_register_callbacks();
-	store_register_callbacks();	/* nested store brackets */
+	store_register_callbacks();	/* nested store brackets, table lookup */
 	stats_init();				/* shared counters, when preloaded */
 }

@@ -20,6 +20,7 @@
 #include "utils/datum.h"
 #include "fmgr.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
@@ -162,7 +163,6 @@ static SavedPlans store_plans = {"idempotent_record", plan_defs, NUM_PLANS, plan
 typedef struct StoreBracket
 {
 	Oid			namespace;		/* the extension's schema */
-	Oid			table;			/* idempotent_record, once looked up */
 	MemoryContext caller_context;	/* where values are copied out to */
 	bool		nowait;			/* claim writes must not wait */
 	bool		write_would_wait;	/* ... and the last one would have */
@@ -279,7 +279,6 @@ store_begin(Oid extension_function, bool nowait)
 	cur.caller_context = CurrentMemoryContext;
 	cur.nowait = nowait;
 	cur.namespace = get_func_namespace(extension_function);
-	cur.table = InvalidOid;
 	cur.spi_connected = false;
 }
 
@@ -291,17 +290,32 @@ direct_answered(DirectAnswer answer, bool *found)
 	return answer != DIRECT_NOT_USED;
 }
 
-/* The record table of the current bracket, for the direct path */
+/*
+ * The record table of the current bracket, for the direct path: looked up
+ * once per schema, again after the table changes (relcache invalidation:
+ * dropped, renamed).
+ */
+static Oid	table_namespace = InvalidOid;
+static Oid	table_relid = InvalidOid;
+
 static Oid
 store_relid(void)
 {
-	if (!OidIsValid(cur.table))
+	if (table_namespace != cur.namespace || !OidIsValid(table_relid))
 	{
-		cur.table = get_relname_relid("idempotent_record", cur.namespace);
-		if (!OidIsValid(cur.table))
+		table_relid = get_relname_relid("idempotent_record", cur.namespace);
+		if (!OidIsValid(table_relid))
 			elog(ERROR, "table idempotent_record is missing from the extension's schema");
+		table_namespace = cur.namespace;
 	}
-	return cur.table;
+	return table_relid;
+}
+
+static void
+store_relcache_callback(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == table_relid)
+		table_relid = InvalidOid;
 }
 
 void
@@ -339,6 +353,7 @@ void
 store_register_callbacks(void)
 {
 	RegisterXactCallback(store_xact_callback, NULL);
+	CacheRegisterRelcacheCallback(store_relcache_callback, (Datum) 0);
 	RegisterSubXactCallback(store_subxact_callback, NULL);
 }
 
