@@ -530,15 +530,17 @@ direct_probe_uncommitted(Oid relid, const IdemKey *id, bytea **fingerprint,
 	return answer;
 }
 
-/* EXPIRED() of record_store.c: past expires_at, not unknown, no live lease */
+/*
+ * The rest of EXPIRED() of record_store.c for a version the expires_at
+ * scan returned (so past expires_at): not unknown, no live lease.
+ */
 static bool
 purgeable(TupleTableSlot *slot, const RecordLayout *l, TimestampTz now)
 {
 	bool		isnull;
 	TimestampTz locked_until;
 
-	if (DatumGetTimestampTz(slot_getattr(slot, l->col.expires_at, &isnull)) > now ||
-		DatumGetObjectId(slot_getattr(slot, l->col.status, &isnull)) == l->status_value[IDEM_UNKNOWN])
+	if (DatumGetObjectId(slot_getattr(slot, l->col.status, &isnull)) == l->status_value[IDEM_UNKNOWN])
 		return false;
 	locked_until = DatumGetTimestampTz(slot_getattr(slot, l->col.locked_until, &isnull));
 	return isnull || locked_until <= now;
