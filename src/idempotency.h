@@ -15,6 +15,8 @@
 #include "executor/spi.h"
 #include "utils/jsonb.h"
 
+#include "compat.h"
+
 /* SQLSTATEs of the contract (README "Errors"; HTTP mapping in brackets) */
 #define ERRCODE_IDEM_FINGERPRINT_MISMATCH	MAKE_SQLSTATE('I','K','0','0','1')	/* 422 */
 #define ERRCODE_IDEM_NOT_HELD				MAKE_SQLSTATE('I','K','0','0','2')	/* 409 */
@@ -153,7 +155,7 @@ extern DirectAnswer direct_set_outcome(Oid relid, const IdemKey *id,
 extern int64 tokens_purge(Oid fn, TimestampTz now, int32 batch_size);
 
 /* claim.c: an insert met a record that row level security hides */
-extern void idem_hidden_record_error(const IdemKey *id) pg_attribute_noreturn();
+pg_noreturn extern void idem_hidden_record_error(const IdemKey *id);
 
 /* args.c: argument checks shared by the SQL-callable functions */
 extern void require_arg(FunctionCallInfo fcinfo, int argno,

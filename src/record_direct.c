@@ -1,23 +1,27 @@
 /*
  * record_direct.c
- *	  The direct heap/index path of record_store.c (DESIGN §6): reads of
+ *	  The direct heap/index path of record_store.c: reads of
  *	  idempotent_record through its primary key index, the dirty-snapshot
  *	  probe of wait => false, a claim's insert (speculative insertion, as
  *	  INSERT ... ON CONFLICT DO NOTHING), the update that records an
  *	  outcome, and purge's deletes through the expires_at index, without
  *	  planning or executor start-up.
  *
- * It is taken only where it behaves exactly as the planned SQL it replaces:
- * the caller has the table privileges, no row level security applies to
- * it, a write has nothing more to do than the row change and its
- * constraints (see write_layout), and idempotency.direct_access is
- * on (it must be off for a record table that Citus distributes: the
- * coordinator's table is an empty shell).  Otherwise the functions here
- * answer DIRECT_NOT_USED and record_store.c runs the SQL.  Visibility,
- * predicate locks (SERIALIZABLE), statistics and WAL come from the table and
- * index access methods, as they do under the executor.
+ * It is taken only where it behaves exactly as the planned SQL it replaces,
+ * decided per table and cached with the table's layout: a plain local heap
+ * table (relkind r, heap access method, no inheritance children, not a
+ * partition, not a Citus table) whose columns have the types the install
+ * script gave them.  Per call: idempotency.direct_access is on, no executor
+ * permission hook is loaded (pgaudit, sepgsql: they must see every
+ * access), the caller has the table privileges and no row level security
+ * applies, and a write has nothing more to do than the row change and its
+ * constraints (see write_layout).  Otherwise the functions here answer
+ * DIRECT_NOT_USED and record_store.c runs the SQL.  Visibility, predicate
+ * locks (SERIALIZABLE), statistics and WAL come from the table and index
+ * access methods, as they do under the executor, and an index scanned stays
+ * locked to the end of the transaction, as the executor keeps it.
  */
-#include "idempotency.h"
+#include "postgres.h"
 
 #include "access/genam.h"
 #include "access/heapam.h"
@@ -27,12 +31,16 @@
 #include "access/tableam.h"
 #include "access/transam.h"
 #include "access/xact.h"
+#include "catalog/pg_am_d.h"
+#include "catalog/pg_class_d.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_enum.h"
+#include "catalog/pg_namespace_d.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -45,6 +53,9 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
+
+#include "compat.h"
+#include "idempotency.h"
 
 /* Attribute numbers of the columns the direct path reads */
 typedef struct RecordColumns
@@ -99,9 +110,11 @@ column_number(TupleDesc desc, const char *name)
 /*
  * What the direct path needs to know of the table, computed once per table
  * and again after any change to it (a relcache invalidation: columns,
- * constraints, indexes).  A table it cannot read as installed gets no
- * direct path at all (pk_index invalid): the SQL then gives its own
- * answers and errors.
+ * constraints, indexes, children, Citus distributing it).  A table that is
+ * not a plain local heap table, or whose columns do not have the types the
+ * install script gave them (a column dropped and added again with another
+ * type), gets no direct path at all (pk_index invalid): the SQL then gives
+ * its own answers and errors.
  */
 typedef struct RecordLayout
 {
@@ -131,14 +144,82 @@ layout_invalidate(Datum arg, Oid relid)
 	layout_invalidations++;
 }
 
-/* Is every column as the install script made it, and nothing added? */
+/*
+ * Is the table a Citus table (distributed, reference, or otherwise managed
+ * by Citus)?  The table here may then be an empty shell, and only planned
+ * SQL, which Citus routes, finds the records.
+ */
 static bool
-columns_as_installed(Relation heap, const RecordColumns *c)
+citus_table(Relation heap)
+{
+	Oid			catalog = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
+	Relation	partitions;
+	ScanKeyData skey;
+	SysScanDesc scan;
+	bool		found;
+
+	if (!OidIsValid(catalog))
+		return false;			/* Citus is not installed in this database */
+	partitions = table_open(catalog, AccessShareLock);
+	/* its first column, logicalrelid, names the table */
+	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(RelationGetRelid(heap)));
+	scan = systable_beginscan(partitions, InvalidOid, false, NULL, 1, &skey);
+	found = HeapTupleIsValid(systable_getnext(scan));
+	systable_endscan(scan);
+	table_close(partitions, AccessShareLock);
+	return found;
+}
+
+/*
+ * Is the table a plain local heap table?  Then the rows its heap and
+ * primary key hold are all the rows the SQL reads and writes: not so with
+ * inheritance children or partitions (the SQL reads those too), another
+ * access method, or Citus.
+ */
+static bool
+plain_local_table(Relation heap)
+{
+	return heap->rd_rel->relkind == RELKIND_RELATION &&
+		heap->rd_rel->relam == HEAP_TABLE_AM_OID &&
+		!heap->rd_rel->relhassubclass && !heap->rd_rel->relispartition &&
+		!citus_table(heap);
+}
+
+/*
+ * Do the columns have the types the install script gave them (type,
+ * typmod, collation)?  The direct path reads them as such.
+ */
+static bool
+columns_typed_as_installed(Relation heap)
 {
 	TupleDesc	desc = RelationGetDescr(heap);
 	Oid			status_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
 											  CStringGetDatum("idem_status"),
 											  ObjectIdGetDatum(RelationGetNamespace(heap)));
+
+	for (int i = 0; i < (int) lengthof(install_columns); i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, column_number(desc, install_columns[i].name) - 1);
+		Oid			type = OidIsValid(install_columns[i].type) ?
+			install_columns[i].type : status_type;
+
+		if (att->atttypid != type || att->atttypmod != -1 ||
+			att->attcollation != (type == TEXTOID ? DEFAULT_COLLATION_OID : InvalidOid))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * ... and has nothing been added that an INSERT or UPDATE would apply:
+ * another column, an identity, a generated expression, a default on a
+ * column that a claim leaves NULL?
+ */
+static bool
+columns_as_installed(Relation heap)
+{
+	TupleDesc	desc = RelationGetDescr(heap);
 	int			columns = 0;
 
 	for (int i = 0; i < desc->natts; i++)
@@ -149,12 +230,8 @@ columns_as_installed(Relation heap, const RecordColumns *c)
 	for (int i = 0; i < (int) lengthof(install_columns); i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, column_number(desc, install_columns[i].name) - 1);
-		Oid			type = OidIsValid(install_columns[i].type) ?
-			install_columns[i].type : status_type;
 
-		if (att->atttypid != type || att->atttypmod != -1 ||
-			att->attcollation != (type == TEXTOID ? DEFAULT_COLLATION_OID : InvalidOid) ||
-			att->attidentity != '\0' || att->attgenerated != '\0' ||
+		if (att->attidentity != '\0' || att->attgenerated != '\0' ||
 			(install_columns[i].nullable && att->atthasdef))
 			return false;
 	}
@@ -191,7 +268,7 @@ find_indexes(Relation heap, RecordLayout *l)
 		else if (plain_btree && ind->indnkeyatts == 1 &&
 				 ind->indkey.values[0] == l->col.expires_at)
 			l->expires_at_index = RelationGetRelid(index);
-		index_close(index, AccessShareLock);
+		index_close(index, NoLock);
 	}
 	list_free(indexes);
 	return only_pk_unique;
@@ -243,9 +320,10 @@ find_checks(Relation heap, RecordLayout *l)
 	if (constr == NULL || constr->num_check == 0)
 		return;
 	old = MemoryContextSwitchTo(l->context);
-	l->checks = palloc(constr->num_check * sizeof(Node *));
+	l->checks = palloc0(constr->num_check * sizeof(Node *));
 	for (int i = 0; i < constr->num_check; i++)
-		l->checks[i] = stringToNode(constr->check[i].ccbin);
+		if (compat_check_enforced(&constr->check[i]))
+			l->checks[i] = stringToNode(constr->check[i].ccbin);
 	l->nchecks = constr->num_check;
 	MemoryContextSwitchTo(old);
 }
@@ -273,10 +351,11 @@ record_layout(Relation heap)
 	MemoryContextReset(layout.context);
 	layout.nchecks = 0;
 	layout.checks = NULL;
-	if (find_columns(heap, &layout))
+	if (plain_local_table(heap) && find_columns(heap, &layout) &&
+		columns_typed_as_installed(heap))
 	{
 		layout.install_shape = find_indexes(heap, &layout) &&
-			columns_as_installed(heap, &layout.col);
+			columns_as_installed(heap);
 		if (layout.install_shape)
 			find_checks(heap, &layout);
 	}
@@ -291,17 +370,17 @@ record_layout(Relation heap)
  * privileges?  As for the SQL: USAGE on the schema and every one of the
  * privileges (pg_class_aclcheck would accept any one).  Row level security
  * that applies to the user (also with row_security = off, which makes the
- * SQL raise an error) leaves the work to the SQL, as do inheritance
- * children (the SQL reads and writes them too) and a table the layout
- * could not read as installed.
+ * SQL raise an error) leaves the work to the SQL, as does an executor
+ * permission hook (pgaudit's object audit log, sepgsql's checks must see
+ * the access) and a table the layout found no direct path for.
  */
 static bool
 caller_may(Relation heap, const RecordLayout *l, AclMode privileges)
 {
 	Oid			relid = RelationGetRelid(heap);
 
-	return OidIsValid(l->pk_index) && !heap->rd_rel->relhassubclass &&
-		pg_namespace_aclcheck(RelationGetNamespace(heap), GetUserId(), ACL_USAGE) == ACLCHECK_OK &&
+	return OidIsValid(l->pk_index) && ExecutorCheckPerms_hook == NULL &&
+		compat_namespace_aclcheck(RelationGetNamespace(heap), GetUserId(), ACL_USAGE) == ACLCHECK_OK &&
 		(!heap->rd_rel->relrowsecurity ||
 		 check_enable_rls(relid, InvalidOid, true) != RLS_ENABLED) &&
 		pg_class_aclmask(relid, GetUserId(), privileges, ACLMASK_ALL) == privileges;
@@ -417,7 +496,7 @@ direct_read(Oid relid, const IdemKey *id, IdemRecord *rec, MemoryContext context
 	index = index_open(l->pk_index, AccessShareLock);
 	pk_scan_keys(index, id, skey);
 	snapshot = statement_snapshot();
-	scan = index_beginscan(heap, index, snapshot, 2, 0);
+	scan = compat_index_beginscan(heap, index, snapshot, 2);
 	index_rescan(scan, skey, 2, NULL, 0);
 	slot = table_slot_create(heap, NULL);
 
@@ -444,23 +523,32 @@ direct_read(Oid relid, const IdemKey *id, IdemRecord *rec, MemoryContext context
 	ExecDropSingleTupleTableSlot(slot);
 	index_endscan(scan);
 	UnregisterSnapshot(snapshot);
-	index_close(index, AccessShareLock);
+	index_close(index, NoLock);
 	table_close(heap, NoLock);
 	return answer;
 }
 
 /*
- * Has an update or delete that did not abort replaced this version?  (A
- * lock is no update; an aborted subtransaction's update left the version
- * current.)
+ * Has an update or delete that did not abort replaced the version in slot
+ * (a heap buffer slot)?  A lock is no update; an aborted subtransaction's
+ * update left the version current.  The header is read under the buffer's
+ * content lock, as heapam's visibility checks read it: other backends set
+ * xmax and hint bits concurrently.
  */
 static bool
-version_replaced(HeapTupleHeader tuple)
+version_replaced(TupleTableSlot *slot)
 {
-	if ((tuple->t_infomask & HEAP_XMAX_INVALID) ||
-		HEAP_XMAX_IS_LOCKED_ONLY(tuple->t_infomask))
-		return false;
-	return !TransactionIdDidAbort(HeapTupleHeaderGetUpdateXid(tuple));
+	Buffer		buffer = ((BufferHeapTupleTableSlot *) slot)->buffer;
+	HeapTupleHeader tuple = ExecFetchSlotHeapTuple(slot, false, NULL)->t_data;
+	bool		replaced = false;
+
+	Assert(TTS_IS_BUFFERTUPLE(slot) && BufferIsValid(buffer));
+	LockBuffer(buffer, BUFFER_LOCK_SHARE);
+	if (!(tuple->t_infomask & HEAP_XMAX_INVALID) &&
+		!HEAP_XMAX_IS_LOCKED_ONLY(tuple->t_infomask))
+		replaced = !TransactionIdDidAbort(HeapTupleHeaderGetUpdateXid(tuple));
+	LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
+	return replaced;
 }
 
 /*
@@ -498,7 +586,7 @@ direct_probe_uncommitted(Oid relid, const IdemKey *id, bytea **fingerprint,
 	index = index_open(l->pk_index, AccessShareLock);
 	pk_scan_keys(index, id, skey);
 	InitDirtySnapshot(dirty);
-	scan = index_beginscan(heap, index, &dirty, 2, 0);
+	scan = compat_index_beginscan(heap, index, &dirty, 2);
 	index_rescan(scan, skey, 2, NULL, 0);
 	slot = table_slot_create(heap, NULL);
 
@@ -514,7 +602,7 @@ direct_probe_uncommitted(Oid relid, const IdemKey *id, bytea **fingerprint,
 
 		if (!TransactionIdIsValid(dirty.xmin) && !TransactionIdIsValid(dirty.xmax))
 			continue;			/* committed and untouched */
-		replaced = version_replaced(ExecFetchSlotHeapTuple(slot, false, NULL)->t_data);
+		replaced = version_replaced(slot);
 		if (answer == DIRECT_FOUND && replaced)
 			continue;
 		answer = DIRECT_FOUND;
@@ -525,7 +613,7 @@ direct_probe_uncommitted(Oid relid, const IdemKey *id, bytea **fingerprint,
 
 	ExecDropSingleTupleTableSlot(slot);
 	index_endscan(scan);
-	index_close(index, AccessShareLock);
+	index_close(index, NoLock);
 	table_close(heap, NoLock);
 	return answer;
 }
@@ -631,7 +719,7 @@ direct_purge(Oid relid, TimestampTz now, int32 batch_size)
 				TimestampTzGetDatum(now));
 	snapshot = statement_snapshot();
 	cid = GetCurrentCommandId(true);
-	scan = index_beginscan(heap, index, snapshot, 1, 0);
+	scan = compat_index_beginscan(heap, index, snapshot, 1);
 	index_rescan(scan, &skey, 1, NULL, 0);
 	slot = table_slot_create(heap, NULL);
 	scratch = table_slot_create(heap, NULL);
@@ -649,7 +737,7 @@ direct_purge(Oid relid, TimestampTz now, int32 batch_size)
 	ExecDropSingleTupleTableSlot(slot);
 	index_endscan(scan);
 	UnregisterSnapshot(snapshot);
-	index_close(index, AccessShareLock);
+	index_close(index, NoLock);
 	table_close(heap, NoLock);
 	return purged;
 }
@@ -672,7 +760,6 @@ direct_write_begin(DirectWrite *w, Relation heap, const RecordLayout *l,
 				   bool speculative, const AttrNumber *columns, int ncolumns)
 {
 	TupleConstr *constr = RelationGetDescr(heap)->constr;
-	RangeTblEntry *rte = makeNode(RangeTblEntry);
 	Bitmapset  *written = NULL;
 
 	/*
@@ -681,16 +768,8 @@ direct_write_begin(DirectWrite *w, Relation heap, const RecordLayout *l,
 	 */
 	for (int i = 0; i < ncolumns; i++)
 		written = bms_add_member(written, columns[i] - FirstLowInvalidHeapAttributeNumber);
-	rte->rtekind = RTE_RELATION;
-	rte->relid = RelationGetRelid(heap);
-	rte->relkind = heap->rd_rel->relkind;
-	rte->rellockmode = RowExclusiveLock;
-	if (speculative)
-		rte->insertedCols = written;
-	else
-		rte->updatedCols = written;
 	w->estate = CreateExecutorState();
-	ExecInitRangeTable(w->estate, list_make1(rte));
+	compat_init_range_table(w->estate, heap, speculative, written);
 	w->rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(w->rri, heap, 1, NULL, 0);
 	/* what ExecConstraints would build from the constraints' text */
@@ -698,15 +777,19 @@ direct_write_begin(DirectWrite *w, Relation heap, const RecordLayout *l,
 	{
 		MemoryContext old = MemoryContextSwitchTo(w->estate->es_query_cxt);
 
-		w->rri->ri_ConstraintExprs = palloc(l->nchecks * sizeof(ExprState *));
+		ExprState **exprs = palloc0(l->nchecks * sizeof(ExprState *));
+
 		/* a copy: the layout may be recomputed by a nested call meanwhile */
 		for (int i = 0; i < l->nchecks; i++)
-			w->rri->ri_ConstraintExprs[i] = ExecPrepareExpr((Expr *) copyObject(l->checks[i]), w->estate);
+			if (l->checks[i] != NULL)
+				exprs[i] = ExecPrepareExpr((Expr *) copyObject(l->checks[i]), w->estate);
+		COMPAT_CHECK_EXPRS(w->rri) = exprs;
 		MemoryContextSwitchTo(old);
 	}
 	ExecOpenIndices(w->rri, speculative);
-	w->estate->es_output_cid = GetCurrentCommandId(true);
+	/* the command id after statement_snapshot's increment, as SPI's */
 	w->estate->es_snapshot = statement_snapshot();
+	w->estate->es_output_cid = GetCurrentCommandId(true);
 	w->slot = ExecInitExtraTupleSlot(w->estate, RelationGetDescr(heap),
 									 table_slot_callbacks(heap));
 }
@@ -815,7 +898,7 @@ direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
 		bool		lost_race = false;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!ExecCheckIndexConstraints(w.rri, slot, w.estate, &conflict, arbiter))
+		if (!compat_check_index_constraints(w.rri, slot, w.estate, &conflict, arbiter))
 		{
 			check_conflict_visible(&w, &conflict);
 			answer = DIRECT_NONE;
@@ -824,8 +907,8 @@ direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
 		token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
 		table_tuple_insert_speculative(heap, slot, w.estate->es_output_cid, 0,
 									   NULL, token);
-		list_free(ExecInsertIndexTuples(w.rri, slot, w.estate, false, true,
-										&lost_race, arbiter));
+		list_free(compat_insert_index_tuples(w.rri, slot, w.estate, false,
+											 &lost_race, arbiter, false));
 		table_tuple_complete_speculative(heap, slot, token, !lost_race);
 		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
 		if (!lost_race)
@@ -938,32 +1021,33 @@ direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 
 	index = index_open(l->pk_index, AccessShareLock);
 	pk_scan_keys(index, id, skey);
-	scan = index_beginscan(heap, index, w.estate->es_snapshot, 2, 0);
+	scan = compat_index_beginscan(heap, index, w.estate->es_snapshot, 2);
 	index_rescan(scan, skey, 2, NULL, 0);
 	if (!index_getnext_slot(scan, ForwardScanDirection, old))
 		ExecClearTuple(old);
 	index_endscan(scan);
-	index_close(index, AccessShareLock);
+	index_close(index, NoLock);
 
 	while (!TupIsNull(old) && open_with_fence(old, l, id, fence))
 	{
 		TM_FailureData tmfd;
 		LockTupleMode lockmode;
-		bool		update_indexes;
+		CompatIndexUpdate indexes;
 		TM_Result	locked;
 
 		CHECK_FOR_INTERRUPTS();
 		outcome_version(old, new, l, status, result, now);
 		ExecConstraints(w.rri, new, w.estate);
-		switch (table_tuple_update(heap, &old->tts_tid, new,
-								   w.estate->es_output_cid,
-								   w.estate->es_snapshot, InvalidSnapshot,
-								   true, &tmfd, &lockmode, &update_indexes))
+		switch (compat_tuple_update(heap, &old->tts_tid, new,
+									w.estate->es_output_cid,
+									w.estate->es_snapshot, &tmfd, &lockmode,
+									&indexes))
 		{
 			case TM_Ok:
-				if (update_indexes)
-					list_free(ExecInsertIndexTuples(w.rri, new, w.estate, true,
-													false, NULL, NIL));
+				if (indexes != COMPAT_INDEX_NONE)
+					list_free(compat_insert_index_tuples(w.rri, new, w.estate, true,
+														 NULL, NIL,
+														 indexes == COMPAT_INDEX_SUMMARIZING));
 				answer = DIRECT_FOUND;
 				break;
 			case TM_Deleted:

@@ -13,6 +13,7 @@
  */
 #include "idempotency.h"
 
+#include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
@@ -61,8 +62,10 @@ typedef enum StorePlanId
 /* %1$s is the qualified table, %2$s the schema */
 static const SavedPlanDef plan_defs[NUM_PLANS] = {
 	[PLAN_READ] = {
-		"SELECT status::pg_catalog.text, fingerprint, result, recovery_point,"
-		" fence, locked_until, expires_at FROM %1$s" WHERE_ID,
+		"SELECT status::pg_catalog.text, fingerprint::pg_catalog.bytea,"
+		" result::pg_catalog.jsonb, recovery_point::pg_catalog.text,"
+		" fence::pg_catalog.int8, locked_until::pg_catalog.timestamptz,"
+		" expires_at::pg_catalog.timestamptz FROM %1$s" WHERE_ID,
 		2, {TEXTOID, TEXTOID}
 	},
 	[PLAN_INSERT] = {
@@ -79,7 +82,7 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 		" fence = fence OPERATOR(pg_catalog.+) 1, locked_until = $7,"
 		" created_at = $4, updated_at = $4, expires_at = $5" WHERE_ID
 		" AND fence" EQ "$6 AND" EXPIRED("$4")
-		" RETURNING fence",
+		" RETURNING fence::pg_catalog.int8",
 		8, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, TEXTOID}
 	},
 	/*
@@ -93,7 +96,7 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 		" updated_at = $4, expires_at = $5" WHERE_ID
 		" AND fence" EQ "$6 AND status" EQ STATUS("in_progress")
 		" AND (locked_until IS NULL OR locked_until" LE "$4)"
-		" RETURNING fence",
+		" RETURNING fence::pg_catalog.int8",
 		8, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, TEXTOID}
 	},
 	/*
@@ -133,8 +136,9 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 		" AND locked_until IS NOT NULL",
 		5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
+	/* the table's own row type: the result of idem_lookup */
 	[PLAN_LOOKUP] = {
-		"SELECT * FROM %1$s" WHERE_ID " AND NOT" EXPIRED("$3"),
+		"SELECT ROW(r.*)::%1$s FROM %1$s AS r" WHERE_ID " AND NOT" EXPIRED("$3"),
 		3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 	},
 	/*
@@ -387,7 +391,11 @@ status_from_name(const char *name)
 	for (int i = 0; i < (int) lengthof(idem_status_names); i++)
 		if (strcmp(name, idem_status_names[i]) == 0)
 			return (IdemStatus) i;
-	elog(ERROR, "unknown idem_status \"%s\"", name);
+	ereport(ERROR,
+			errcode(ERRCODE_DATA_EXCEPTION),
+			errmsg("idempotent_record has a record with unknown status \"%s\"", name),
+			errdetail("The extension knows the statuses in_progress, succeeded, failed and unknown."),
+			errhint("Restore the table's status column to type idem_status."));
 	return IDEM_UNKNOWN;		/* keep compiler quiet */
 }
 
@@ -602,14 +610,23 @@ store_lookup(const IdemKey *id, TimestampTz now)
 {
 	Datum		values[3];
 	MemoryContext old;
+	HeapTupleData row;
 	HeapTuple	tuple;
+	bool		isnull;
 
 	id_values(id, values);
 	values[2] = TimestampTzGetDatum(now);
 	if (store_exec(PLAN_LOOKUP, values, NULL, SPI_OK_SELECT) == 0)
 		return NULL;
+	/* a composite of the row type, dropped columns and all */
+	row.t_data = DatumGetHeapTupleHeader(SPI_getbinval(SPI_tuptable->vals[0],
+													   SPI_tuptable->tupdesc, 1,
+													   &isnull));
+	row.t_len = HeapTupleHeaderGetDatumLength(row.t_data);
+	ItemPointerSetInvalid(&row.t_self);
+	row.t_tableOid = InvalidOid;
 	old = MemoryContextSwitchTo(cur.caller_context);
-	tuple = heap_copytuple(SPI_tuptable->vals[0]);
+	tuple = heap_copytuple(&row);
 	MemoryContextSwitchTo(old);
 	return tuple;
 }
