@@ -13,10 +13,12 @@
 #include "access/genam.h"
 #include "access/tableam.h"
 #include "catalog/pg_namespace_d.h"
+#include "common/base64.h"
 #include "executor/executor.h"
 #include "nodes/execnodes.h"
 #include "nodes/parsenodes.h"
 #include "utils/acl.h"
+#include "utils/relcache.h"
 
 /* 18 replaced pg_attribute_noreturn() (after the declarator) by a prefix */
 #ifndef pg_noreturn
@@ -169,6 +171,28 @@ compat_insert_index_tuples(ResultRelInfo *rri, TupleTableSlot *slot,
 	Assert(!only_summarizing);
 	return ExecInsertIndexTuples(rri, slot, estate, update, spec_conflict != NULL,
 								 spec_conflict, arbiters);
+#endif
+}
+
+/* 18 leaves out a deferrable primary key unless asked: earlier majors did not */
+static inline Oid
+compat_primary_key_index(Relation rel)
+{
+#if PG_VERSION_NUM >= 180000
+	return RelationGetPrimaryKeyIndex(rel, true);
+#else
+	return RelationGetPrimaryKeyIndex(rel);
+#endif
+}
+
+/* 18 takes the bytes to encode as uint8 */
+static inline int
+compat_b64_encode(const uint8 *src, int len, char *dst, int dstlen)
+{
+#if PG_VERSION_NUM >= 180000
+	return pg_b64_encode(src, len, dst, dstlen);
+#else
+	return pg_b64_encode((const char *) src, len, dst, dstlen);
 #endif
 }
 

@@ -40,8 +40,8 @@ _PG_init(void)
 							NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("idempotency.direct_access",
-							 "Lets the extension read, claim, record outcomes in and purge idempotent_record through the table and index access methods directly.",
-							 "Off: every access is planned SQL, as needed when the table is distributed (Citus).",
+							 "Allows the direct heap and index path for idempotent_record where it gives the planned SQL's answers.",
+							 "When off, every access to idempotent_record runs planned SQL. When on, the direct path still serves only a plain local heap table, and never while an executor permission hook such as pgaudit is loaded.",
 							 &idem_direct_access,
 							 true,
 							 PGC_USERSET,

@@ -87,7 +87,7 @@ random_token(void)
 				errcode(ERRCODE_INTERNAL_ERROR),
 				errmsg("could not generate a random token"),
 				errdetail("The operating system's strong random source failed."));
-	len = pg_b64_encode((const char *) bytes, TOKEN_RANDOM_BYTES, token, size);
+	len = compat_b64_encode(bytes, TOKEN_RANDOM_BYTES, token, size);
 	if (len < 0)
 		elog(ERROR, "could not encode a random token");
 	while (len > 0 && token[len - 1] == '=')

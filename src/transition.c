@@ -132,7 +132,7 @@ resolve_target(Oid relid, const char *status_column, TransitionTarget *t)
 		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, get_rel_name(relid));
 
 	rel = relation_open(relid, AccessShareLock);
-	pk_index = RelationGetPrimaryKeyIndex(rel);
+	pk_index = compat_primary_key_index(rel);
 	if (!OidIsValid(pk_index))
 		ereport(ERROR,
 				errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
