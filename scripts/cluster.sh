@@ -11,7 +11,7 @@ PG_BINDIR=/usr/lib/postgresql/$PG_MAJOR/bin
 export PG_CONFIG=$PG_BINDIR/pg_config
 IDEM_PACKAGES=(make gcc "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
                "postgresql-$PG_MAJOR-pgtap" libtap-parser-sourcehandler-pgtap-perl
-               libipc-run-perl "postgresql-$PG_MAJOR-cron")
+               libipc-run-perl "postgresql-$PG_MAJOR-cron" "postgresql-$PG_MAJOR-pgaudit")
 
 say() { printf '==> %s\n' "$*" >&2; }
 
