@@ -1,17 +1,27 @@
 # scripts/cluster.sh — sourced by test.sh and demo.sh (and later bench.sh).
 #
 # Installs what is missing from Debian's archive, builds and installs the
-# extension, and runs a throwaway PostgreSQL 15 cluster as an unprivileged
+# extension, and runs a throwaway PostgreSQL cluster as an unprivileged
 # OS user on a private Unix socket directory (no TCP).  cluster_start sets
 # an EXIT trap that stops the server and removes its directory, also when a
 # step fails.  After cluster_start, PGHOST, PGPORT and PGUSER point at it.
 
-PG_MAJOR=${PG_MAJOR:-15}
-PG_BINDIR=/usr/lib/postgresql/$PG_MAJOR/bin
-export PG_CONFIG=$PG_BINDIR/pg_config
-IDEM_PACKAGES=(make gcc "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
-               "postgresql-$PG_MAJOR-pgtap" libtap-parser-sourcehandler-pgtap-perl
-               libipc-run-perl "postgresql-$PG_MAJOR-cron" "postgresql-$PG_MAJOR-pgaudit")
+# The server: the one whose pg_config PG_CONFIG names (make test
+# PG_CONFIG=...), or else Debian's PostgreSQL 15, installed from the archive
+# with the extensions the suites use.
+if [ -n "${PG_CONFIG:-}" ]; then
+    PG_BINDIR=$("$PG_CONFIG" --bindir) || { echo "PG_CONFIG=$PG_CONFIG does not run" >&2; exit 1; }
+    PG_MAJOR=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
+    IDEM_PACKAGES=(make gcc libipc-run-perl)
+else
+    PG_MAJOR=15
+    PG_BINDIR=/usr/lib/postgresql/$PG_MAJOR/bin
+    PG_CONFIG=$PG_BINDIR/pg_config
+    IDEM_PACKAGES=(make gcc "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
+                   "postgresql-$PG_MAJOR-pgtap" libtap-parser-sourcehandler-pgtap-perl
+                   libipc-run-perl "postgresql-$PG_MAJOR-cron" "postgresql-$PG_MAJOR-pgaudit")
+fi
+export PG_CONFIG
 
 say() { printf '==> %s\n' "$*" >&2; }
 
@@ -47,11 +57,12 @@ hold_install_lock() {
     fi
 }
 
-# build_and_install: compile as the caller, install as root.
+# build_and_install: compile as the caller (warnings are errors here, not
+# in a user's own make), install as root.
 build_and_install() {
     hold_install_lock
     say "building and installing the extension"
-    make -s PG_CONFIG="$PG_CONFIG" >/dev/null
+    make -s PG_CONFIG="$PG_CONFIG" IDEM_WERROR=1 >/dev/null
     as_root make -s PG_CONFIG="$PG_CONFIG" install >/dev/null
 }
 
