@@ -69,7 +69,7 @@ ALTER TABLE idempotent_record DROP COLUMN note;
 
 -- a column whose type the extension cannot read or write any more: an
 -- error whose statement names the table, the same on both paths
-ALTER TABLE idempotent_record ALTER COLUMN fingerprint TYPE integer USING NULL;
+ALTER TABLE idempotent_record ALTER COLUMN fingerprint TYPE boolean USING NULL;
 SET idempotency.direct_access = on;
 SELECT outcome FROM idem_claim('b1', fingerprint => '\x01');
 SET idempotency.direct_access = off;
