@@ -192,7 +192,7 @@ COMMENT ON FUNCTION @extschema@.idem_once(text, text, interval) IS
 CREATE VIEW @extschema@.idem_pending WITH (security_invoker = true) AS
 SELECT scope, key, status, fence, recovery_point, result AS detail,
        locked_until, created_at, updated_at, expires_at
-  FROM @extschema@.idempotent_record
+  FROM ONLY @extschema@.idempotent_record
  WHERE status = 'unknown'
     OR (status = 'in_progress'
         AND COALESCE(locked_until, created_at) <= pg_catalog.clock_timestamp())

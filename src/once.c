@@ -60,6 +60,7 @@ idem_once(PG_FUNCTION_ARGS)
 	int			hidden = 0;
 
 	(void) ttl_end(fcinfo, 2, GetCurrentTimestamp());	/* check it first */
+	require_read_write("idem_once");
 
 	store_begin(fcinfo->flinfo->fn_oid, false);
 	while ((first = once_attempt(fcinfo, &id, &hidden)) < 0)

@@ -141,6 +141,7 @@ record_outcome(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 	int64		fence;
 	bool		done;
 
+	require_read_write(fn);
 	store_begin(fcinfo->flinfo->fn_oid, false);
 	fence = required_fence(fcinfo, id, fence_arg, fn, &held);
 	if (kind == RELEASE_KEY)
@@ -237,6 +238,7 @@ idem_checkpoint(PG_FUNCTION_ARGS)
 
 	require_arg(fcinfo, 1, "recovery_point", "idem_checkpoint");
 	recovery_point = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	require_read_write("idem_checkpoint");
 
 	store_begin(fcinfo->flinfo->fn_oid, false);
 	fence = required_fence(fcinfo, &id, 3, "idem_checkpoint", &held);
@@ -266,6 +268,7 @@ idem_extend_lease(PG_FUNCTION_ARGS)
 
 	require_arg(fcinfo, 1, "lease", "idem_extend_lease");
 	locked_until = interval_end(fcinfo, 1, "lease", now);
+	require_read_write("idem_extend_lease");
 
 	store_begin(fcinfo->flinfo->fn_oid, false);
 	fence = required_fence(fcinfo, &id, 3, "idem_extend_lease", &held);

@@ -33,6 +33,7 @@ idem_purge(PG_FUNCTION_ARGS)
 				errmsg("batch_size must be at least 1"),
 				errdetail("The batch_size given is %d.", batch_size));
 
+	require_read_write("idem_purge");
 	now = GetCurrentTimestamp();
 	store_begin(fcinfo->flinfo->fn_oid, false);
 	purged = store_purge(now, batch_size);

@@ -862,8 +862,8 @@ open_with_fence(TupleTableSlot *slot, const RecordLayout *l, const IdemKey *id,
 
 /*
  * The version PLAN_SET_OUTCOME writes in place of old: status, result, no
- * lease, updated_at, and expires_at = GREATEST(expires_at, now +
- * (expires_at - created_at)), computed with the same operators as the SQL.
+ * lease, updated_at, and the expires_at of retention_end, as the SQL
+ * computes it.
  */
 static void
 outcome_version(TupleTableSlot *old, TupleTableSlot *new, const RecordLayout *l,
@@ -872,18 +872,14 @@ outcome_version(TupleTableSlot *old, TupleTableSlot *new, const RecordLayout *l,
 	int			natts = old->tts_tupleDescriptor->natts;
 	const RecordColumns *col = &l->col;
 	Datum		expires_at;
-	Datum		kept_for;
 
 	slot_getallattrs(old);
 	ExecClearTuple(new);
 	memcpy(new->tts_values, old->tts_values, natts * sizeof(Datum));
 	memcpy(new->tts_isnull, old->tts_isnull, natts * sizeof(bool));
-	expires_at = old->tts_values[col->expires_at - 1];
-	kept_for = DirectFunctionCall2(timestamp_mi, expires_at,
-								   old->tts_values[col->created_at - 1]);
-	expires_at = TimestampTzGetDatum(Max(DatumGetTimestampTz(expires_at),
-										 DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-																				 TimestampTzGetDatum(now), kept_for))));
+	expires_at = TimestampTzGetDatum(retention_end(DatumGetTimestampTz(old->tts_values[col->expires_at - 1]),
+												   DatumGetTimestampTz(old->tts_values[col->created_at - 1]),
+												   now));
 	new->tts_values[col->status - 1] = ObjectIdGetDatum(l->status_value[status]);
 	new->tts_values[col->result - 1] = JsonbPGetDatum(result);
 	new->tts_isnull[col->result - 1] = false;

@@ -265,6 +265,7 @@ idem_transition(PG_FUNCTION_ARGS)
 	require_arg(fcinfo, 4, "status_column", "idem_transition");
 	if (!OidIsValid(id_type))
 		elog(ERROR, "could not determine the type of argument id");
+	require_read_write("idem_transition");
 
 	to_state = text_to_cstring(PG_GETARG_TEXT_PP(2));
 	deconstruct_array(PG_GETARG_ARRAYTYPE_P(3), TEXTOID, -1, false,
