@@ -1,7 +1,7 @@
 -- A read-only transaction (every transaction of a hot standby is one):
 -- each function that may write refuses with 25006 before it reads
 -- anything, so the answer does not depend on what the records hold;
--- reads keep working.  test/t/016_standby_refuses_writes.pl does the same
+-- reads keep working.  test/t/017_standby_refuses_writes.pl does the same
 -- on a standby.
 \set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'
 TRUNCATE idempotent_record, idempotency_token;
