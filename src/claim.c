@@ -294,10 +294,11 @@ claim_result_type(FunctionCallInfo fcinfo)
  *	  Claim (scope, key), or learn what to replay.  Without a lease the
  *	  claim belongs to the caller's transaction (commit guard); with one it
  *	  is meant to commit on its own and holds the key until locked_until.
- *	  Errors: IK001 fingerprint mismatch, 22004 NULL key, scope or wait,
- *	  22023 empty/over-long key or scope, non-positive ttl or lease, 22008
- *	  interval past the timestamp range; 40001 and 40P01 come from the
- *	  unique index as for INSERT ... ON CONFLICT.
+ *	  ttl and lease are fixed durations (interval_end).  Errors: IK001
+ *	  fingerprint mismatch, 22004 NULL key, scope or wait, 22023
+ *	  empty/over-long key or scope, non-positive ttl or lease, 22008 ttl or
+ *	  lease too long, 25006 read-only transaction or standby; 40001 and
+ *	  40P01 come from the unique index as for INSERT ... ON CONFLICT.
  */
 PG_FUNCTION_INFO_V1(idem_claim);
 Datum

@@ -162,7 +162,8 @@ record_outcome(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
  *	  RETURNS void
  *	  Record success: status succeeded, result replayed to duplicates.
  *	  Errors: IK002 no claim held, IK003 missing or stale fence of a leased
- *	  claim, 22004 NULL key, result or scope.
+ *	  claim, 22004 NULL key, result or scope, 25006 read-only transaction
+ *	  or standby.
  */
 PG_FUNCTION_INFO_V1(idem_finish);
 Datum
@@ -254,7 +255,8 @@ idem_checkpoint(PG_FUNCTION_ARGS)
  *	  Heartbeat of long work: the lease now ends at server time + lease
  *	  (returned).  Errors: IK003 missing or stale fence (taken over), IK002
  *	  no leased claim in progress, 22004 NULL key, lease or scope, 22023
- *	  non-positive lease.
+ *	  non-positive lease, 22008 lease too long, 25006 read-only transaction
+ *	  or standby.
  */
 PG_FUNCTION_INFO_V1(idem_extend_lease);
 Datum

@@ -108,8 +108,9 @@ random_token(void)
  *	  Store a new single-use token of scope, valid for ttl from the server's
  *	  clock, and return it: 22 URL-safe characters (base64url of 128 random
  *	  bits from pg_strong_random).  Errors: 22004 NULL scope or ttl, 22023
- *	  over-long scope or ttl not positive, 22008 ttl past the timestamp
- *	  range, 42501 no INSERT privilege on idempotency_token.
+ *	  over-long scope or ttl not positive, 22008 ttl too long, 25006
+ *	  read-only transaction or standby, 42501 no INSERT privilege on
+ *	  idempotency_token.
  */
 PG_FUNCTION_INFO_V1(idem_token_issue);
 Datum
@@ -158,7 +159,8 @@ idem_token_issue(PG_FUNCTION_ARGS)
  *	  token issued in scope and not expired; false for an unknown, already
  *	  consumed, expired or other-scope token.  A concurrent consumer waits
  *	  for the first one's transaction and gets false if it commits.  Errors:
- *	  22004 NULL token or scope, 40001 under REPEATABLE READ/SERIALIZABLE
+ *	  22004 NULL token or scope, 25006 read-only transaction or standby,
+ *	  40001 under REPEATABLE READ/SERIALIZABLE
  *	  when another transaction consumed it after the snapshot, 42501 no
  *	  UPDATE privilege on idempotency_token.
  */

@@ -226,7 +226,8 @@ static const char *const transition_outcome_names[] = {
  *	  state: nothing written) or not_found.  Errors: 22004 NULL argument or
  *	  NULL element of from_states, 42809 rel is not a table, 42703 no such
  *	  column, 42804 status column not text/enum or id of an unusable type,
- *	  0A000 no or composite primary key, 42501 no UPDATE privilege, 22P02
+ *	  0A000 no or composite primary key, 42501 no UPDATE privilege, 25006
+ *	  read-only transaction or standby, 22P02
  *	  a state that is not a value of the column's type, 40001 under
  *	  REPEATABLE READ/SERIALIZABLE when the row changed after the snapshot.
  */
