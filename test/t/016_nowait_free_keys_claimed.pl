@@ -32,6 +32,21 @@ SELECT 'expired-' || i, 'succeeded', '{}', decode(repeat('ab', 1000), 'hex'), 1,
 });
 
 my $fp = q{decode(repeat('cd', 1000), 'hex')};
+# an in-transaction claim of a key named prefix-N (N from sequence),
+# finished in the same transaction when claimed
+sub in_transaction_script
+{
+	my ($kind, $prefix, $sequence) = @_;
+	return qq{
+BEGIN;
+SELECT s.k AS k, c.outcome AS o
+  FROM (SELECT '$prefix-' || nextval('$sequence') AS k) s,
+       idem_claim(s.k, fingerprint => $fp, wait => false) c \\gset
+SELECT idem_finish(:k, '{}') WHERE :o = 'claimed';
+INSERT INTO answers VALUES ('$kind', :k, :o);
+COMMIT;
+};
+}
 $node->pgbench(
 	"-n -M prepared -c $clients -j $clients -t $per_client",
 	0,
@@ -39,29 +54,13 @@ $node->pgbench(
 	[qr/^$/],
 	'eight clients claim keys nobody else touches with wait => false',
 	{
-		'in_transaction' => qq{
-BEGIN;
-SELECT s.k AS k, c.outcome AS o
-  FROM (SELECT 'new-' || nextval('new_keys') AS k) s,
-       idem_claim(s.k, fingerprint => $fp, wait => false) c \\gset
-SELECT idem_finish(:k, '{}') WHERE :o = 'claimed';
-INSERT INTO answers VALUES ('in-transaction', :k, :o);
-COMMIT;
-},
+		'in_transaction' => in_transaction_script('in-transaction', 'new', 'new_keys'),
+		'reclaim' => in_transaction_script('reclaim', 'expired', 'expired_keys'),
 		'leased' => qq{
 SELECT s.k AS k, c.outcome AS o
   FROM (SELECT 'leased-' || nextval('new_keys') AS k) s,
        idem_claim(s.k, fingerprint => $fp, wait => false, lease => '1 hour') c \\gset
 INSERT INTO answers VALUES ('leased', :k, :o);
-},
-		'reclaim' => qq{
-BEGIN;
-SELECT s.k AS k, c.outcome AS o
-  FROM (SELECT 'expired-' || nextval('expired_keys') AS k) s,
-       idem_claim(s.k, fingerprint => $fp, wait => false) c \\gset
-SELECT idem_finish(:k, '{}') WHERE :o = 'claimed';
-INSERT INTO answers VALUES ('reclaim', :k, :o);
-COMMIT;
 },
 	});
 
