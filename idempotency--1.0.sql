@@ -93,7 +93,7 @@ AS 'MODULE_PATHNAME', 'idem_claim'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_claim(text, text, bytea, interval, boolean, interval) IS
-'claim an idempotency key or learn what to replay. Returns one idem_claim_result row (outcome text: claimed | replay | in_progress, status idem_status, result jsonb, fence bigint, recovery_point text, retry_after interval). ttl interval (NULL = idempotency.default_ttl) is how long the record answers duplicates; wait => false answers in_progress instead of waiting for another transaction; lease interval (NULL = in-transaction claim) makes a leased claim that commits on its own and holds the key until server time + lease, after which the next claim takes it over (fence + 1, recovery point kept). Errors: IK001 fingerprint differs from the stored one, 22004 NULL key/scope/wait, 22023 empty or over-long key or scope, non-positive ttl or lease, 22008 interval out of range, 40001 duplicate committed after this REPEATABLE READ/SERIALIZABLE snapshot, 40P01 deadlock';
+'claim an idempotency key or learn what to replay. Returns one idem_claim_result row (outcome text: claimed | replay | in_progress, status idem_status, result jsonb, fence bigint, recovery_point text, retry_after interval). ttl interval (NULL = idempotency.default_ttl) is how long the record answers duplicates; wait => false answers in_progress instead of waiting for another transaction; lease interval (NULL = in-transaction claim) makes a leased claim that commits on its own and holds the key until server time + lease, after which the next claim takes it over (fence + 1, recovery point kept). Errors: IK001 fingerprint differs from the stored one, 22004 NULL key/scope/wait, 22023 empty or over-long key or scope, non-positive ttl or lease (fixed durations: a day is 24 hours, a month 30 days, a year 365.25 days), 22008 ttl or lease too long (server time + it past the timestamp range), 25006 read-only transaction or standby, 40001 duplicate committed after this REPEATABLE READ/SERIALIZABLE snapshot, 40P01 deadlock';
 
 CREATE FUNCTION @extschema@.idem_finish(
     key    text,
@@ -105,7 +105,7 @@ AS 'MODULE_PATHNAME', 'idem_finish'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_finish(text, jsonb, text, bigint) IS
-'record success: status succeeded, result jsonb stored and replayed to every duplicate. The transaction holding an in-transaction claim needs no fence; a leased claim or an unknown outcome needs fence bigint = the current fence. Returns void. Errors: IK002 no claim held (never claimed, expired, or already has an outcome), IK003 missing or stale fence (the lease was taken over), 22004 NULL key, result or scope';
+'record success: status succeeded, result jsonb stored and replayed to every duplicate. The transaction holding an in-transaction claim needs no fence; a leased claim or an unknown outcome needs fence bigint = the current fence. Returns void. Errors: IK002 no claim held (never claimed, expired, or already has an outcome), IK003 missing or stale fence (the lease was taken over), 22004 NULL key, result or scope, 25006 read-only transaction or standby';
 
 CREATE FUNCTION @extschema@.idem_fail(
     key       text,
@@ -118,7 +118,7 @@ AS 'MODULE_PATHNAME', 'idem_fail'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_fail(text, jsonb, boolean, text, bigint) IS
-'record failure. retryable => true (default) releases the key for a retry: the record stays as a claim whose lease has ended, and the next claim takes it over (claimed, fence + 1, recovery point kept), so the failed attempt''s fence can never write again; retryable => false stores error jsonb with status failed and replays it. Fence as for idem_finish. Returns void. Errors: IK002, IK003 as for idem_finish, 22004 NULL key, error, retryable or scope';
+'record failure. retryable => true (default) releases the key for a retry: the record stays as a claim whose lease has ended, and the next claim takes it over (claimed, fence + 1, recovery point kept), so the failed attempt''s fence can never write again; retryable => false stores error jsonb with status failed and replays it. Fence as for idem_finish. Returns void. Errors: IK002, IK003 as for idem_finish, 22004 NULL key, error, retryable or scope, 25006 read-only transaction or standby';
 
 CREATE FUNCTION @extschema@.idem_mark_unknown(
     key    text,
@@ -130,7 +130,7 @@ AS 'MODULE_PATHNAME', 'idem_mark_unknown'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_mark_unknown(text, jsonb, text, bigint) IS
-'the outcome of an external call is unknown: status unknown, detail jsonb stored in result, lease dropped. Claims answer in_progress and the record does not expire until a reconciler records the outcome with idem_finish or idem_fail and the same fence (see idem_pending). Returns void. Errors: IK002, IK003 as for idem_finish, 22004 NULL key, detail or scope';
+'the outcome of an external call is unknown: status unknown, detail jsonb stored in result, lease dropped. Claims answer in_progress and the record does not expire until a reconciler records the outcome with idem_finish or idem_fail and the same fence (see idem_pending). Returns void. Errors: IK002, IK003 as for idem_finish, 22004 NULL key, detail or scope, 25006 read-only transaction or standby';
 
 CREATE FUNCTION @extschema@.idem_checkpoint(
     key            text,
@@ -142,7 +142,7 @@ AS 'MODULE_PATHNAME', 'idem_checkpoint'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_checkpoint(text, text, text, bigint) IS
-'save the recovery point text of a multi-phase request in the caller''s transaction (a phase''s writes and its recovery point commit together); a takeover returns it. Fence as for idem_finish. Returns void. Errors: IK002 no claim in progress held, IK003 missing or stale fence, 22004 NULL key, recovery_point or scope';
+'save the recovery point text of a multi-phase request in the caller''s transaction (a phase''s writes and its recovery point commit together); a takeover returns it. Fence as for idem_finish. Returns void. Errors: IK002 no claim in progress held, IK003 missing or stale fence, 22004 NULL key, recovery_point or scope, 25006 read-only transaction or standby';
 
 CREATE FUNCTION @extschema@.idem_extend_lease(
     key   text,
@@ -154,7 +154,7 @@ AS 'MODULE_PATHNAME', 'idem_extend_lease'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_extend_lease(text, interval, text, bigint) IS
-'heartbeat of a leased claim: its lease now ends at server time + lease interval; returns that timestamptz. Errors: IK003 missing or stale fence (the key was taken over), IK002 no leased claim in progress, 22004 NULL key, lease or scope, 22023 non-positive lease';
+'heartbeat of a leased claim: its lease now ends at server time + lease interval (a fixed duration, as idem_claim''s); returns that timestamptz. Errors: IK003 missing or stale fence (the key was taken over), IK002 no leased claim in progress, 22004 NULL key, lease or scope, 22023 non-positive lease, 22008 lease too long, 25006 read-only transaction or standby';
 
 CREATE FUNCTION @extschema@.idem_lookup(
     key   text,
@@ -183,7 +183,7 @@ AS 'MODULE_PATHNAME', 'idem_once'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_once(text, text, interval) IS
-'message-consumer deduplication in the caller''s transaction: true the first time (scope, key) is seen, false while its record exists (claim time + ttl interval, NULL = idempotency.default_ttl); the mark commits or rolls back with the message''s effects, and a concurrent duplicate waits for it like a claim (false after its commit, true after its rollback). Errors: 22004 NULL key or scope, 22023 empty or over-long key or scope, non-positive ttl, 40001 under REPEATABLE READ/SERIALIZABLE as for idem_claim';
+'message-consumer deduplication in the caller''s transaction: true the first time (scope, key) is seen, false while its record exists (claim time + ttl interval, NULL = idempotency.default_ttl); the mark commits or rolls back with the message''s effects, and a concurrent duplicate waits for it like a claim (false after its commit, true after its rollback). Errors: 22004 NULL key or scope, 22023 empty or over-long key or scope, non-positive ttl, 22008 ttl too long, 25006 read-only transaction or standby (also for a seen id), 40001 under REPEATABLE READ/SERIALIZABLE as for idem_claim';
 
 -------------------------------------------------------------------------------
 -- Reconciliation and retention
@@ -192,7 +192,7 @@ COMMENT ON FUNCTION @extschema@.idem_once(text, text, interval) IS
 CREATE VIEW @extschema@.idem_pending WITH (security_invoker = true) AS
 SELECT scope, key, status, fence, recovery_point, result AS detail,
        locked_until, created_at, updated_at, expires_at
-  FROM @extschema@.idempotent_record
+  FROM ONLY @extschema@.idempotent_record
  WHERE status = 'unknown'
     OR (status = 'in_progress'
         AND COALESCE(locked_until, created_at) <= pg_catalog.clock_timestamp())
@@ -207,7 +207,7 @@ AS 'MODULE_PATHNAME', 'idem_purge'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_purge(integer) IS
-'delete one batch of at most batch_size expired rows: records (expires_at passed; never one under a live lease, awaiting reconciliation, or being written by a claim: SKIP LOCKED), then single-use tokens past their expires_at; returns how many were deleted (bigint). Errors: 22004 NULL batch_size, 22023 batch_size < 1. Revoked from PUBLIC';
+'delete one batch of at most batch_size expired rows of idempotent_record and idempotency_token themselves (not of tables inheriting from them): records (expires_at passed; never one under a live lease, awaiting reconciliation, or being written by a claim: SKIP LOCKED), then single-use tokens past their expires_at; returns how many were deleted (bigint). Errors: 22004 NULL batch_size, 22023 batch_size < 1, 25006 read-only transaction or standby. Revoked from PUBLIC';
 
 CREATE PROCEDURE @extschema@.idem_purge_all(batch_size integer DEFAULT 10000)
 LANGUAGE plpgsql
@@ -250,7 +250,7 @@ AS 'MODULE_PATHNAME', 'idem_transition'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_transition(regclass, anycompatible, text, text[], name) IS
-'compare-and-set of a status column: locks the row of table rel whose single-column primary key equals id (SELECT ... FOR UPDATE), then returns text applied (it was in one of from_states and is now in to_state), already (it is in to_state: nothing written), rejected (in another state: nothing written) or not_found. status_column (name, default status) is a text, varchar or enum column; id is of the key''s type, a type with an implicit cast to it, or text. Runs with the caller''s privileges and row level security. Errors: 22004 NULL argument or NULL in from_states, 42809 rel is not a table, 42703 no such column, 42804 status column not text/enum or id of another type, 0A000 no or composite primary key, 42501 no UPDATE privilege, 22P02 state not a value of the column''s type, 40001 row changed after a REPEATABLE READ/SERIALIZABLE snapshot';
+'compare-and-set of a status column: locks the row of table rel whose single-column primary key equals id (SELECT ... FOR UPDATE), then returns text applied (it was in one of from_states and is now in to_state), already (it is in to_state: nothing written), rejected (in another state: nothing written) or not_found. status_column (name, default status) is a text, varchar or enum column; id is of the key''s type, a type with an implicit cast to it, or text. Runs with the caller''s privileges and row level security. Errors: 22004 NULL argument or NULL in from_states, 42809 rel is not a table, 42703 no such column, 42804 status column not text/enum or id of another type, 0A000 no or composite primary key, 42501 no UPDATE privilege, 25006 read-only transaction or standby, 22P02 state not a value of the column''s type, 40001 row changed after a REPEATABLE READ/SERIALIZABLE snapshot';
 
 CREATE FUNCTION @extschema@.idem_transition_guard()
 RETURNS trigger
@@ -305,7 +305,7 @@ AS 'MODULE_PATHNAME', 'idem_token_issue'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_token_issue(text, interval) IS
-'issue a single-use token for scope text, valid for ttl interval (default 10 minutes) from the server clock; returns it as text (22 URL-safe characters, 128 bits from pg_strong_random). Errors: 22004 NULL scope or ttl, 22023 over-long scope or ttl not positive, 22008 ttl out of range, 42501 no INSERT privilege on idempotency_token';
+'issue a single-use token for scope text, valid for ttl interval (default 10 minutes) from the server clock; returns it as text (22 URL-safe characters, 128 bits from pg_strong_random). Errors: 22004 NULL scope or ttl, 22023 over-long scope or ttl not positive, 22008 ttl too long, 25006 read-only transaction or standby, 42501 no INSERT privilege on idempotency_token';
 
 CREATE FUNCTION @extschema@.idem_token_consume(
     token text,
@@ -315,7 +315,7 @@ AS 'MODULE_PATHNAME', 'idem_token_consume'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_token_consume(text, text) IS
-'consume a token in the caller''s transaction: returns boolean true exactly once (a concurrent consumer waits for the first one''s transaction), false for an unknown, already consumed, expired or other-scope token. Errors: 22004 NULL token or scope, 40001 consumed by another transaction after a REPEATABLE READ/SERIALIZABLE snapshot, 42501 no UPDATE privilege on idempotency_token';
+'consume a token in the caller''s transaction: returns boolean true exactly once (a concurrent consumer waits for the first one''s transaction), false for an unknown, already consumed, expired or other-scope token. Errors: 22004 NULL token or scope, 25006 read-only transaction or standby, 40001 consumed by another transaction after a REPEATABLE READ/SERIALIZABLE snapshot, 42501 no UPDATE privilege on idempotency_token';
 
 -------------------------------------------------------------------------------
 -- Cluster-wide counters

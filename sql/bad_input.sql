@@ -74,12 +74,13 @@ SELECT outcome FROM idem_claim('k', ttl => '-1 second');
 :sqlstate
 SELECT outcome FROM idem_claim('k', ttl => '1 month -31 days');
 :sqlstate
--- zero as an interval on any date, though not on the calendar
+-- zero as a fixed duration (a month is 30 days, a year 365.25 days, as
+-- extract(epoch FROM ttl) counts them), whatever the calendar says
 SELECT outcome FROM idem_claim('k', ttl => '1 month -30 days');
 :sqlstate
-SELECT outcome FROM idem_claim('k', ttl => '1 year -360 days');
+SELECT outcome FROM idem_claim('k', ttl => '1 year -365 days -6 hours');
 :sqlstate
--- out of the timestamp range: PostgreSQL's own error
+-- server time + ttl past the timestamp range: 22008
 SELECT outcome FROM idem_claim('k', ttl => '300000 years');
 :sqlstate
 SET idempotency.default_ttl = 0;

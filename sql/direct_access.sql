@@ -221,8 +221,8 @@ SELECT outcome FROM idem_claim('identity');
 ROLLBACK;
 \set VERBOSITY default
 
--- ... a record in an inheritance child is found and purged, as the SQL
--- (without ONLY) finds it
+-- ... a row of an inheritance child is no record: the SQL reads the
+-- table alone (ONLY), so a claim does not find it and purge leaves it
 BEGIN;
 CREATE TABLE direct_archive () INHERITS (idempotent_record);
 INSERT INTO direct_archive (key, status, result, fence, created_at, updated_at, expires_at)

@@ -1,16 +1,18 @@
 /*
  * args.c
  *	  Argument checks shared by the SQL-callable functions: NULLs (22004),
- *	  keys and scopes (22023) and positive intervals (22023).  Every check
- *	  runs before anything is written, so bad input changes nothing.
+ *	  read-only transactions for the functions that write (25006),
+ *	  keys and scopes (22023) and positive intervals (22023, 22008 past the
+ *	  timestamp range).  Every check runs before anything is written, so
+ *	  bad input changes nothing.
  */
 #include "idempotency.h"
 
+#include "access/xact.h"
+#include "common/int128.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
-
-static const Interval zero_interval = {0, 0, 0};
 
 /* Raise 22004 when argument argno of fn is NULL */
 void
@@ -21,6 +23,22 @@ require_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 		ereport(ERROR,
 				errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				errmsg("argument \"%s\" of %s must not be null", argname, fn));
+}
+
+/*
+ * 25006 in a read-only transaction (every transaction of a hot standby is
+ * one), for fn, which may write: raised before anything is read, so the
+ * answer never depends on the data.
+ */
+void
+require_read_write(const char *fn)
+{
+	if (XactReadOnly)
+		ereport(ERROR,
+				errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				errmsg("cannot execute %s in a read-only transaction", fn),
+				errdetail("%s may write, so it never runs in a read-only transaction or on a standby, whatever the records hold.", fn),
+				errhint("Call it on the primary in a read-write transaction; idem_lookup reads a record anywhere."));
 }
 
 /* 22023 when a key or scope is longer than idempotency.max_key_length */
@@ -76,23 +94,28 @@ ttl_end(FunctionCallInfo fcinfo, int argno, TimestampTz now)
 }
 
 /*
- * now + the interval at argument argno, which must be positive both as an
- * interval ('1 month -30 days' is not, whatever the date) and on the
- * calendar from now; 22023 otherwise, 22008 past the timestamp range.
+ * now + the interval at argument argno, as a fixed duration: the seconds
+ * extract(epoch FROM interval) gives (a day is 24 hours, a month 30 days,
+ * a year 365.25 days), whatever the session's TimeZone or the calendar.
+ * 22023 unless that duration is positive; 22008 when now + it is past
+ * the timestamp range.  (A retention computed from it later cannot
+ * overflow: see retention_end.)
  */
 TimestampTz
 interval_end(FunctionCallInfo fcinfo, int argno, const char *argname,
 			 TimestampTz now)
 {
 	Interval   *span = PG_GETARG_INTERVAL_P(argno);
-	TimestampTz end;
+	INT128		usecs = int64_to_int128(span->time);
+	INT128		zero = int64_to_int128(0);
 
-	end = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-												  TimestampTzGetDatum(now),
-												  IntervalPGetDatum(span)));
-	if (DatumGetBool(DirectFunctionCall2(interval_le, IntervalPGetDatum(span),
-										 IntervalPGetDatum(&zero_interval))) ||
-		end <= now)
+	/* the terms of interval_part's epoch, in microseconds */
+	int128_add_int64_mul_int64(&usecs, span->day, USECS_PER_DAY);
+	int128_add_int64_mul_int64(&usecs, span->month / MONTHS_PER_YEAR,
+							   (int64) (DAYS_PER_YEAR * 4) * USECS_PER_DAY / 4);
+	int128_add_int64_mul_int64(&usecs, span->month % MONTHS_PER_YEAR,
+							   DAYS_PER_MONTH * USECS_PER_DAY);
+	if (int128_compare(usecs, zero) <= 0)
 		ereport(ERROR,
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				errmsg("%s must be a positive interval", argname),
@@ -100,5 +123,15 @@ interval_end(FunctionCallInfo fcinfo, int argno, const char *argname,
 						  DatumGetCString(DirectFunctionCall1(interval_out,
 															  IntervalPGetDatum(span)))),
 				errhint("Pass a duration such as '30 seconds' or '24 hours'."));
-	return end;
+	if (int128_compare(usecs, int64_to_int128(IDEM_LAST_TIMESTAMP - now)) > 0)
+		ereport(ERROR,
+				errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				errmsg("%s is too long", argname),
+				errdetail("The %s given is %s; server time + %s must be a valid timestamp.",
+						  argname,
+						  DatumGetCString(DirectFunctionCall1(interval_out,
+															  IntervalPGetDatum(span))),
+						  argname),
+				errhint("Pass a duration of less than 290000 years."));
+	return now + int128_to_int64(usecs);
 }

@@ -135,28 +135,30 @@ busy_elsewhere(const IdemKey *id, bytea *fingerprint)
 typedef struct ClaimLoop
 {
 	bool		wait;
-	int			lock_timeouts;	/* wait => false writes that would wait */
 	int			hidden;			/* inserts refused by a record not visible */
 } ClaimLoop;
 
 /*
  * A claim write changed nothing.  Usually a concurrent transaction changed
  * the record first: return false to try again.  With wait => false it may
- * instead have refused to wait for a lock: answer in_progress when another
- * transaction is writing the record, or when an insert keeps timing out
- * (a wait for something else, such as extending the table, is retried).
+ * instead have refused to wait for a lock: answer in_progress when that
+ * lock is the key's (another transaction holds or writes the record), and
+ * try again when it was something else (another backend extending the
+ * table): a key nobody else holds is always claimed.
  */
 static bool
 write_lost(const IdemKey *id, bytea *fingerprint, ClaimLoop *loop,
-		   bool inserting, ClaimAnswer *a)
+		   ClaimAnswer *a)
 {
+	bytea	   *other_fingerprint;
+
 	if (loop->wait)
 		idem_count(IDEM_COUNT_WAITS);	/* README "idempotency_stats" */
-	if (loop->wait || !store_write_would_wait())
+	if (loop->wait || !store_write_would_wait() ||
+		!store_write_blocked_by_key(id, &other_fingerprint))
 		return false;
-	if (busy_elsewhere(id, fingerprint) || !inserting || ++loop->lock_timeouts >= 3)
-		return answer_in_progress(a);
-	return false;
+	check_fingerprint(id, other_fingerprint, fingerprint);
+	return answer_in_progress(a);
 }
 
 /*
@@ -199,7 +201,7 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 			return answer_claimed(a, id, &t, 1, NULL);
 		if (!store_write_would_wait() && ++loop->hidden >= 3)
 			idem_hidden_record_error(id);
-		return write_lost(id, fingerprint, loop, true, a);
+		return write_lost(id, fingerprint, loop, a);
 	}
 
 	/*
@@ -217,7 +219,7 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 	if (record_expired(&rec, t.now))
 	{
 		if (!store_reclaim_expired(id, rec.fence, fingerprint, &t, &new_fence))
-			return write_lost(id, fingerprint, loop, false, a);
+			return write_lost(id, fingerprint, loop, a);
 		return answer_claimed(a, id, &t, new_fence, NULL);
 	}
 
@@ -246,7 +248,7 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 
 	/* committed in progress without a live lease: the owner is gone */
 	if (!store_take_over(id, rec.fence, fingerprint, &t, &new_fence))
-		return write_lost(id, fingerprint, loop, false, a);
+		return write_lost(id, fingerprint, loop, a);
 	idem_count(IDEM_COUNT_TAKEOVERS);
 	return answer_claimed(a, id, &t, new_fence, rec.recovery_point);
 }
@@ -292,10 +294,11 @@ claim_result_type(FunctionCallInfo fcinfo)
  *	  Claim (scope, key), or learn what to replay.  Without a lease the
  *	  claim belongs to the caller's transaction (commit guard); with one it
  *	  is meant to commit on its own and holds the key until locked_until.
- *	  Errors: IK001 fingerprint mismatch, 22004 NULL key, scope or wait,
- *	  22023 empty/over-long key or scope, non-positive ttl or lease, 22008
- *	  interval past the timestamp range; 40001 and 40P01 come from the
- *	  unique index as for INSERT ... ON CONFLICT.
+ *	  ttl and lease are fixed durations (interval_end).  Errors: IK001
+ *	  fingerprint mismatch, 22004 NULL key, scope or wait, 22023
+ *	  empty/over-long key or scope, non-positive ttl or lease, 22008 ttl or
+ *	  lease too long, 25006 read-only transaction or standby; 40001 and
+ *	  40P01 come from the unique index as for INSERT ... ON CONFLICT.
  */
 PG_FUNCTION_INFO_V1(idem_claim);
 Datum
@@ -312,6 +315,7 @@ idem_claim(PG_FUNCTION_ARGS)
 	bool		nulls[6] = {false};
 
 	require_arg(fcinfo, CLAIM_WAIT, "wait", "idem_claim");
+	require_read_write("idem_claim");
 	loop.wait = PG_GETARG_BOOL(CLAIM_WAIT);
 	claim_times(fcinfo, &t);	/* check ttl and lease before anything */
 

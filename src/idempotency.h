@@ -84,6 +84,12 @@ typedef struct SavedPlans
 extern uint64 saved_plan_exec(SavedPlans *set, int id, Oid namespace,
 							  Datum *values, const char *nulls, int expected);
 
+/*
+ * The last valid timestamptz.  A ttl or lease must end by it (args.c); a
+ * retention that would end past it ends at it (retention_end).
+ */
+#define IDEM_LAST_TIMESTAMP (END_TIMESTAMP - 1)
+
 /* What a claim writes; the times from one reading of the server clock */
 typedef struct IdemClaimSpec
 {
@@ -123,8 +129,11 @@ extern bool store_checkpoint(const IdemKey *id, int64 fence,
 extern bool store_extend_lease(const IdemKey *id, int64 fence,
 							   TimestampTz locked_until, TimestampTz now);
 extern int64 store_purge(TimestampTz now, int32 batch_size);
+extern TimestampTz retention_end(TimestampTz expires_at, TimestampTz created_at,
+								 TimestampTz now);
 
 extern bool store_write_would_wait(void);
+extern bool store_write_blocked_by_key(const IdemKey *id, bytea **fingerprint);
 extern bool store_probe_uncommitted(const IdemKey *id, bytea **fingerprint);
 extern HeapTuple store_lookup(const IdemKey *id, TimestampTz now);
 
@@ -163,6 +172,7 @@ extern void require_arg(FunctionCallInfo fcinfo, int argno,
 extern IdemKey get_idem_key(FunctionCallInfo fcinfo, int key_arg,
 							int scope_arg, const char *fn);
 extern void check_length(const char *what, const char *value);
+extern void require_read_write(const char *fn);
 extern TimestampTz interval_end(FunctionCallInfo fcinfo, int argno,
 								const char *argname, TimestampTz now);
 extern TimestampTz ttl_end(FunctionCallInfo fcinfo, int argno, TimestampTz now);

@@ -48,8 +48,9 @@ once_attempt(FunctionCallInfo fcinfo, const IdemKey *id, int *hidden)
  *	  True the first time (scope, key) is seen, false while a record of it
  *	  exists (until claim time + ttl, default idempotency.default_ttl).  The
  *	  mark belongs to the caller's transaction.  Errors: 22004 NULL key or
- *	  scope, 22023 empty/over-long key or scope, non-positive ttl; 40001
- *	  and 40P01 as for idem_claim.
+ *	  scope, 22023 empty/over-long key or scope, non-positive ttl, 22008 ttl
+ *	  too long, 25006 read-only transaction or standby (for a seen key as
+ *	  for a new one); 40001 and 40P01 as for idem_claim.
  */
 PG_FUNCTION_INFO_V1(idem_once);
 Datum
@@ -60,6 +61,7 @@ idem_once(PG_FUNCTION_ARGS)
 	int			hidden = 0;
 
 	(void) ttl_end(fcinfo, 2, GetCurrentTimestamp());	/* check it first */
+	require_read_write("idem_once");
 
 	store_begin(fcinfo->flinfo->fn_oid, false);
 	while ((first = once_attempt(fcinfo, &id, &hidden)) < 0)

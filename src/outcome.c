@@ -141,6 +141,7 @@ record_outcome(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 	int64		fence;
 	bool		done;
 
+	require_read_write(fn);
 	store_begin(fcinfo->flinfo->fn_oid, false);
 	fence = required_fence(fcinfo, id, fence_arg, fn, &held);
 	if (kind == RELEASE_KEY)
@@ -161,7 +162,8 @@ record_outcome(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
  *	  RETURNS void
  *	  Record success: status succeeded, result replayed to duplicates.
  *	  Errors: IK002 no claim held, IK003 missing or stale fence of a leased
- *	  claim, 22004 NULL key, result or scope.
+ *	  claim, 22004 NULL key, result or scope, 25006 read-only transaction
+ *	  or standby.
  */
 PG_FUNCTION_INFO_V1(idem_finish);
 Datum
@@ -237,6 +239,7 @@ idem_checkpoint(PG_FUNCTION_ARGS)
 
 	require_arg(fcinfo, 1, "recovery_point", "idem_checkpoint");
 	recovery_point = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	require_read_write("idem_checkpoint");
 
 	store_begin(fcinfo->flinfo->fn_oid, false);
 	fence = required_fence(fcinfo, &id, 3, "idem_checkpoint", &held);
@@ -252,7 +255,8 @@ idem_checkpoint(PG_FUNCTION_ARGS)
  *	  Heartbeat of long work: the lease now ends at server time + lease
  *	  (returned).  Errors: IK003 missing or stale fence (taken over), IK002
  *	  no leased claim in progress, 22004 NULL key, lease or scope, 22023
- *	  non-positive lease.
+ *	  non-positive lease, 22008 lease too long, 25006 read-only transaction
+ *	  or standby.
  */
 PG_FUNCTION_INFO_V1(idem_extend_lease);
 Datum
@@ -266,6 +270,7 @@ idem_extend_lease(PG_FUNCTION_ARGS)
 
 	require_arg(fcinfo, 1, "lease", "idem_extend_lease");
 	locked_until = interval_end(fcinfo, 1, "lease", now);
+	require_read_write("idem_extend_lease");
 
 	store_begin(fcinfo->flinfo->fn_oid, false);
 	fence = required_fence(fcinfo, &id, 3, "idem_extend_lease", &held);

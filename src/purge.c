@@ -14,8 +14,9 @@
  * idem_purge(batch_size integer) RETURNS bigint
  *	  Delete up to batch_size rows expired at the server's clock: records
  *	  first (never one under a live lease or awaiting reconciliation, never
- *	  one a claim is writing), then tokens; returns how many went.  Errors: 22004 NULL, 22023
- *	  batch_size < 1.
+ *	  one a claim is writing), then tokens; returns how many went.  Errors:
+ *	  22004 NULL, 22023 batch_size < 1, 25006 read-only transaction or
+ *	  standby.
  */
 PG_FUNCTION_INFO_V1(idem_purge);
 Datum
@@ -33,6 +34,7 @@ idem_purge(PG_FUNCTION_ARGS)
 				errmsg("batch_size must be at least 1"),
 				errdetail("The batch_size given is %d.", batch_size));
 
+	require_read_write("idem_purge");
 	now = GetCurrentTimestamp();
 	store_begin(fcinfo->flinfo->fn_oid, false);
 	purged = store_purge(now, batch_size);

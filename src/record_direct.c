@@ -125,6 +125,8 @@ typedef struct RecordLayout
 								 * InvalidOid: no direct path at all */
 	Oid			expires_at_index;	/* ascending B-tree on expires_at, or
 									 * InvalidOid */
+	bool		stand_in;		/* no inheritance children, not a partition:
+								 * the direct path may stand in for the SQL */
 	bool		install_shape;	/* columns and unique indexes as installed:
 								 * direct writes may run */
 	MemoryContext context;		/* holds checks */
@@ -172,18 +174,14 @@ citus_table(Relation heap)
 }
 
 /*
- * Is the table a plain local heap table?  Then the rows its heap and
- * primary key hold are all the rows the SQL reads and writes: not so with
- * inheritance children or partitions (the SQL reads those too), another
- * access method, or Citus.
+ * Is the table a local heap table, whose heap and primary key hold all its
+ * rows?  Not so with another access method, or with Citus.
  */
 static bool
-plain_local_table(Relation heap)
+local_heap_table(Relation heap)
 {
 	return heap->rd_rel->relkind == RELKIND_RELATION &&
-		heap->rd_rel->relam == HEAP_TABLE_AM_OID &&
-		!heap->rd_rel->relhassubclass && !heap->rd_rel->relispartition &&
-		!citus_table(heap);
+		heap->rd_rel->relam == HEAP_TABLE_AM_OID && !citus_table(heap);
 }
 
 /*
@@ -344,6 +342,7 @@ record_layout(Relation heap)
 	layout.relid = InvalidOid;
 	layout.pk_index = InvalidOid;
 	layout.expires_at_index = InvalidOid;
+	layout.stand_in = false;
 	layout.install_shape = false;
 	if (layout.context == NULL)
 		layout.context = AllocSetContextCreate(CacheMemoryContext, "idempotency record layout",
@@ -351,9 +350,12 @@ record_layout(Relation heap)
 	MemoryContextReset(layout.context);
 	layout.nchecks = 0;
 	layout.checks = NULL;
-	if (plain_local_table(heap) && find_columns(heap, &layout) &&
+	if (local_heap_table(heap) && find_columns(heap, &layout) &&
 		columns_typed_as_installed(heap))
 	{
+		/* the SQL reads the table ONLY, but is proven equal on plain ones */
+		layout.stand_in = !heap->rd_rel->relhassubclass &&
+			!heap->rd_rel->relispartition;
 		layout.install_shape = find_indexes(heap, &layout) &&
 			columns_as_installed(heap);
 		if (layout.install_shape)
@@ -370,32 +372,36 @@ record_layout(Relation heap)
  * privileges?  As for the SQL: USAGE on the schema and every one of the
  * privileges (pg_class_aclcheck would accept any one).  Row level security
  * that applies to the user (also with row_security = off, which makes the
- * SQL raise an error) leaves the work to the SQL, as does an executor
- * permission hook (pgaudit's object audit log, sepgsql's checks must see
- * the access) and a table the layout found no direct path for.
+ * SQL raise an error) leaves the work to the SQL, as does a table the
+ * layout found no direct path for.
  */
 static bool
 caller_may(Relation heap, const RecordLayout *l, AclMode privileges)
 {
 	Oid			relid = RelationGetRelid(heap);
 
-	return OidIsValid(l->pk_index) && ExecutorCheckPerms_hook == NULL &&
+	return OidIsValid(l->pk_index) &&
 		compat_namespace_aclcheck(RelationGetNamespace(heap), GetUserId(), ACL_USAGE) == ACLCHECK_OK &&
 		(!heap->rd_rel->relrowsecurity ||
 		 check_enable_rls(relid, InvalidOid, true) != RLS_ENABLED) &&
 		pg_class_aclmask(relid, GetUserId(), privileges, ACLMASK_ALL) == privileges;
 }
 
-/* The table's layout if the direct path may stand in for the SQL, or NULL */
+/*
+ * The table's layout if the direct path may stand in for the SQL, or NULL:
+ * not for a table with inheritance children or a partition, and not while
+ * an executor permission hook is loaded (pgaudit's object audit log and
+ * sepgsql's checks must see the access).
+ */
 static const RecordLayout *
 direct_layout(Relation heap, AclMode privileges)
 {
 	const RecordLayout *l;
 
-	if (!idem_direct_access)
+	if (!idem_direct_access || ExecutorCheckPerms_hook != NULL)
 		return NULL;
 	l = record_layout(heap);
-	return caller_may(heap, l, privileges) ? l : NULL;
+	return l->stand_in && caller_may(heap, l, privileges) ? l : NULL;
 }
 
 /*
@@ -558,9 +564,10 @@ version_replaced(TupleTableSlot *slot)
  * finds the transaction to wait for (_bt_check_unique), but without
  * waiting.  When one is found, *fingerprint (in context) is its
  * fingerprint.  Returns DIRECT_NOT_USED for callers that may not read the
- * table directly: they must not learn of rows they cannot read, so they are
- * not probed (their write then meets the policy first, or waits 1 ms for
- * the other transaction, see store_exec_claim_write).
+ * table directly: they must not learn of rows they cannot read (see
+ * store_write_blocked_by_key), and for a table the layout cannot read (a
+ * Citus table).  It is no stand-in for SQL, so an executor permission hook
+ * and inheritance children (the SQL reads the table ONLY) do not matter.
  */
 DirectAnswer
 direct_probe_uncommitted(Oid relid, const IdemKey *id, bytea **fingerprint,
@@ -619,8 +626,9 @@ direct_probe_uncommitted(Oid relid, const IdemKey *id, bytea **fingerprint,
 }
 
 /*
- * The rest of EXPIRED() of record_store.c for a version the expires_at
- * scan returned (so past expires_at): not unknown, no live lease.
+ * EXPIRED() of record_store.c: past expires_at (which the expires_at scan
+ * has checked already, but not for a newer version), not unknown, no live
+ * lease.
  */
 static bool
 purgeable(TupleTableSlot *slot, const RecordLayout *l, TimestampTz now)
@@ -628,10 +636,25 @@ purgeable(TupleTableSlot *slot, const RecordLayout *l, TimestampTz now)
 	bool		isnull;
 	TimestampTz locked_until;
 
-	if (DatumGetObjectId(slot_getattr(slot, l->col.status, &isnull)) == l->status_value[IDEM_UNKNOWN])
+	if (DatumGetTimestampTz(slot_getattr(slot, l->col.expires_at, &isnull)) > now ||
+		DatumGetObjectId(slot_getattr(slot, l->col.status, &isnull)) == l->status_value[IDEM_UNKNOWN])
 		return false;
 	locked_until = DatumGetTimestampTz(slot_getattr(slot, l->col.locked_until, &isnull));
 	return isnull || locked_until <= now;
+}
+
+/* Do two versions of a record have the same scope and key? */
+static bool
+same_key(TupleTableSlot *a, TupleTableSlot *b, const RecordLayout *l)
+{
+	bool		isnull;
+
+	return DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID,
+												slot_getattr(a, l->col.scope, &isnull),
+												slot_getattr(b, l->col.scope, &isnull))) &&
+		DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID,
+											 slot_getattr(a, l->col.key, &isnull),
+											 slot_getattr(b, l->col.key, &isnull)));
 }
 
 /*
@@ -640,17 +663,33 @@ purgeable(TupleTableSlot *slot, const RecordLayout *l, TimestampTz now)
  * someone holds is then locked as FOR UPDATE SKIP LOCKED locks it: taken
  * over when this transaction is its only holder, skipped when another
  * transaction holds it.  A version replaced since the snapshot raises
- * 40001 under REPEATABLE READ and SERIALIZABLE, and is skipped under READ
- * COMMITTED (the SQL's DELETE, with the statement's snapshot, cannot see
- * the newer version its FOR UPDATE would lock).  Returns whether it went.
+ * 40001 under REPEATABLE READ and SERIALIZABLE; under READ COMMITTED the
+ * newest version of the row is locked (skipped if someone holds it) and
+ * deleted if it is still expired and has the same key, as FOR UPDATE's
+ * EvalPlanQual and then the DELETE's by primary key do.  Returns whether it
+ * went.
  */
 static bool
-purge_one(Relation heap, TupleTableSlot *slot, TupleTableSlot *scratch,
-		  Snapshot snapshot, CommandId cid)
+purge_one(Relation heap, const RecordLayout *l, TimestampTz now,
+		  TupleTableSlot *slot, TupleTableSlot *scratch, Snapshot snapshot,
+		  CommandId cid)
 {
 	TM_FailureData tmfd;
 	TM_Result	result = table_tuple_delete(heap, &slot->tts_tid, cid, snapshot,
 											InvalidSnapshot, false, &tmfd, false);
+
+	if (result == TM_Updated && !IsolationUsesXactSnapshot())
+	{
+		result = table_tuple_lock(heap, &slot->tts_tid, snapshot, scratch, cid,
+								  LockTupleExclusive, LockWaitSkip,
+								  TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
+		if (result != TM_Ok)
+			return false;
+		if (!purgeable(scratch, l, now) || !same_key(slot, scratch, l))
+			return false;
+		result = table_tuple_delete(heap, &scratch->tts_tid, cid, snapshot,
+									InvalidSnapshot, true, &tmfd, false);
+	}
 
 	if (result == TM_BeingModified)
 	{
@@ -729,7 +768,7 @@ direct_purge(Oid relid, TimestampTz now, int32 batch_size)
 	{
 		CHECK_FOR_INTERRUPTS();
 		if (purgeable(slot, l, now) &&
-			purge_one(heap, slot, scratch, snapshot, cid))
+			purge_one(heap, l, now, slot, scratch, snapshot, cid))
 			purged++;
 	}
 
@@ -945,8 +984,8 @@ open_with_fence(TupleTableSlot *slot, const RecordLayout *l, const IdemKey *id,
 
 /*
  * The version PLAN_SET_OUTCOME writes in place of old: status, result, no
- * lease, updated_at, and expires_at = GREATEST(expires_at, now +
- * (expires_at - created_at)), computed with the same operators as the SQL.
+ * lease, updated_at, and the expires_at of retention_end, as the SQL
+ * computes it.
  */
 static void
 outcome_version(TupleTableSlot *old, TupleTableSlot *new, const RecordLayout *l,
@@ -955,18 +994,14 @@ outcome_version(TupleTableSlot *old, TupleTableSlot *new, const RecordLayout *l,
 	int			natts = old->tts_tupleDescriptor->natts;
 	const RecordColumns *col = &l->col;
 	Datum		expires_at;
-	Datum		kept_for;
 
 	slot_getallattrs(old);
 	ExecClearTuple(new);
 	memcpy(new->tts_values, old->tts_values, natts * sizeof(Datum));
 	memcpy(new->tts_isnull, old->tts_isnull, natts * sizeof(bool));
-	expires_at = old->tts_values[col->expires_at - 1];
-	kept_for = DirectFunctionCall2(timestamp_mi, expires_at,
-								   old->tts_values[col->created_at - 1]);
-	expires_at = TimestampTzGetDatum(Max(DatumGetTimestampTz(expires_at),
-										 DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-																				 TimestampTzGetDatum(now), kept_for))));
+	expires_at = TimestampTzGetDatum(retention_end(DatumGetTimestampTz(old->tts_values[col->expires_at - 1]),
+												   DatumGetTimestampTz(old->tts_values[col->created_at - 1]),
+												   now));
 	new->tts_values[col->status - 1] = ObjectIdGetDatum(l->status_value[status]);
 	new->tts_values[col->result - 1] = JsonbPGetDatum(result);
 	new->tts_isnull[col->result - 1] = false;

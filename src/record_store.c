@@ -9,7 +9,10 @@
  * Every statement names the table, types and operators schema-qualified
  * (comparisons too: an operator = on idem_status in a schema ahead of ours
  * would otherwise win), so the caller's search_path cannot redirect them.
- * Statements run with the caller's privileges and row level security.
+ * Every statement reads and writes the table itself (ONLY), never a table
+ * that inherits from it: the primary key, which names a record, is unique
+ * in the table alone.  Statements run with the caller's privileges and row
+ * level security.
  */
 #include "idempotency.h"
 
@@ -17,6 +20,9 @@
 #include "access/xact.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
+#include "catalog/pg_class.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "fmgr.h"
@@ -24,6 +30,7 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/resowner.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 const char *const idem_status_names[] = {"in_progress", "succeeded", "failed", "unknown"};
@@ -40,6 +47,7 @@ typedef enum StorePlanId
 	PLAN_EXTEND_LEASE,
 	PLAN_LOOKUP,
 	PLAN_PURGE,
+	PLAN_LOCK_NOWAIT,
 	NUM_PLANS
 } StorePlanId;
 
@@ -65,7 +73,7 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 		"SELECT status::pg_catalog.text, fingerprint::pg_catalog.bytea,"
 		" result::pg_catalog.jsonb, recovery_point::pg_catalog.text,"
 		" fence::pg_catalog.int8, locked_until::pg_catalog.timestamptz,"
-		" expires_at::pg_catalog.timestamptz FROM %1$s" WHERE_ID,
+		" expires_at::pg_catalog.timestamptz FROM ONLY %1$s" WHERE_ID,
 		2, {TEXTOID, TEXTOID}
 	},
 	[PLAN_INSERT] = {
@@ -77,7 +85,7 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 	},
 	/* an expired record is a new record: everything but the key is reset */
 	[PLAN_RECLAIM_EXPIRED] = {
-		"UPDATE %1$s SET status = $8::pg_catalog.text::%2$s.idem_status,"
+		"UPDATE ONLY %1$s SET status = $8::pg_catalog.text::%2$s.idem_status,"
 		" fingerprint = $3, result = NULL, recovery_point = NULL,"
 		" fence = fence OPERATOR(pg_catalog.+) 1, locked_until = $7,"
 		" created_at = $4, updated_at = $4, expires_at = $5" WHERE_ID
@@ -91,7 +99,7 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 	 * PLAN_RECLAIM_EXPIRED, see store_reclaim).
 	 */
 	[PLAN_TAKE_OVER] = {
-		"UPDATE %1$s SET fingerprint = COALESCE(fingerprint, $3),"
+		"UPDATE ONLY %1$s SET fingerprint = COALESCE(fingerprint, $3),"
 		" fence = fence OPERATOR(pg_catalog.+) 1, locked_until = $7,"
 		" updated_at = $4, expires_at = $5" WHERE_ID
 		" AND fence" EQ "$6 AND status" EQ STATUS("in_progress")
@@ -103,15 +111,21 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 	 * An outcome is answered for at least the claim's ttl after it is
 	 * recorded (expires_at - created_at is that ttl, or more after a
 	 * takeover): a transaction, a lease or a reconciliation that outlasted
-	 * the ttl must not leave an outcome that has expired already.
+	 * the ttl must not leave an outcome that has expired already.  The
+	 * expires_at of retention_end, computed with immutable operators (no
+	 * timestamptz + interval, which would add days in the session's
+	 * TimeZone) and ending at the last timestamp ($7) rather than past it.
 	 */
 	[PLAN_SET_OUTCOME] = {
-		"UPDATE %1$s SET status = $4::pg_catalog.text::%2$s.idem_status,"
+		"UPDATE ONLY %1$s SET status = $4::pg_catalog.text::%2$s.idem_status,"
 		" result = $5, locked_until = NULL, updated_at = $6,"
-		" expires_at = GREATEST(expires_at,"
-		" $6 OPERATOR(pg_catalog.+) (expires_at OPERATOR(pg_catalog.-) created_at))" WHERE_ID
+		" expires_at = GREATEST(expires_at, CASE"
+		" WHEN (expires_at OPERATOR(pg_catalog.-) created_at) OPERATOR(pg_catalog.<) ($7 OPERATOR(pg_catalog.-) $6)"
+		" THEN pg_catalog.timezone('UTC', pg_catalog.timezone('UTC', $6)"
+		" OPERATOR(pg_catalog.+) (expires_at OPERATOR(pg_catalog.-) created_at))"
+		" ELSE $7 END)" WHERE_ID
 		" AND fence" EQ "$3" OPEN_STATUS,
-		6, {TEXTOID, TEXTOID, INT8OID, TEXTOID, JSONBOID, TIMESTAMPTZOID}
+		7, {TEXTOID, TEXTOID, INT8OID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	/*
 	 * A released key keeps its record, as a claim whose lease ended at $4:
@@ -120,38 +134,45 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 	 * record lives).
 	 */
 	[PLAN_RELEASE] = {
-		"UPDATE %1$s SET status = " STATUS("in_progress") ", result = NULL,"
+		"UPDATE ONLY %1$s SET status = " STATUS("in_progress") ", result = NULL,"
 		" locked_until = $4, updated_at = $4" WHERE_ID
 		" AND fence" EQ "$3" OPEN_STATUS,
 		4, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID}
 	},
 	[PLAN_CHECKPOINT] = {
-		"UPDATE %1$s SET recovery_point = $4, updated_at = $5" WHERE_ID
+		"UPDATE ONLY %1$s SET recovery_point = $4, updated_at = $5" WHERE_ID
 		" AND fence" EQ "$3 AND status" EQ STATUS("in_progress"),
 		5, {TEXTOID, TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID}
 	},
 	[PLAN_EXTEND_LEASE] = {
-		"UPDATE %1$s SET locked_until = $4, updated_at = $5" WHERE_ID
+		"UPDATE ONLY %1$s SET locked_until = $4, updated_at = $5" WHERE_ID
 		" AND fence" EQ "$3 AND status" EQ STATUS("in_progress")
 		" AND locked_until IS NOT NULL",
 		5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	/* the table's own row type: the result of idem_lookup */
 	[PLAN_LOOKUP] = {
-		"SELECT ROW(r.*)::%1$s FROM %1$s AS r" WHERE_ID " AND NOT" EXPIRED("$3"),
+		"SELECT ROW(r.*)::%1$s FROM ONLY %1$s AS r" WHERE_ID " AND NOT" EXPIRED("$3"),
 		3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 	},
 	/*
 	 * One batch of expired records, oldest first (ORDER BY lets the planner
-	 * walk the expires_at index instead of scanning past live records).
-	 * SKIP LOCKED: a record that a claim is reclaiming right now is left to
-	 * it, and purge never waits for a claim.
+	 * walk the expires_at index instead of scanning past live records),
+	 * named by primary key.  SKIP LOCKED: a record that a claim is
+	 * reclaiming right now is left to it, and purge never waits for a
+	 * claim; the DELETE only meets the rows its sub-select has locked (and
+	 * found expired, in their newest version).
 	 */
 	[PLAN_PURGE] = {
-		"DELETE FROM %1$s WHERE ctid" EQ "ANY (ARRAY("
-		"SELECT ctid FROM %1$s WHERE" EXPIRED("$1")
-		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
+		"DELETE FROM ONLY %1$s WHERE (scope, key)" EQ "ANY ("
+		"SELECT scope, key FROM ONLY %1$s WHERE" EXPIRED("$1")
+		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
 		2, {TIMESTAMPTZOID, INT4OID}
+	},
+	/* wait => false, before a reclaim or takeover: 55P03 if anyone holds it */
+	[PLAN_LOCK_NOWAIT] = {
+		"SELECT FROM ONLY %1$s" WHERE_ID "FOR UPDATE NOWAIT",
+		2, {TEXTOID, TEXTOID}
 	},
 };
 
@@ -164,12 +185,19 @@ static SavedPlans store_plans = {"idempotent_record", plan_defs, NUM_PLANS, plan
  * while the store runs a statement.  A bracket that an error left is
  * dropped when its (sub)transaction aborts.
  */
+typedef enum WriteBlocked
+{
+	WRITE_NOT_BLOCKED,
+	WRITE_RECORD_LOCKED,		/* another transaction holds the record */
+	WRITE_TIMED_OUT				/* an insert met a lock, maybe not the key's */
+} WriteBlocked;
+
 typedef struct StoreBracket
 {
 	Oid			namespace;		/* the extension's schema */
 	MemoryContext caller_context;	/* where values are copied out to */
 	bool		nowait;			/* claim writes must not wait */
-	bool		write_would_wait;	/* ... and the last one would have */
+	WriteBlocked write_blocked; /* ... and the last one would have */
 	bool		spi_connected;	/* SPI is connected on first use */
 } StoreBracket;
 
@@ -182,6 +210,8 @@ static struct
 	int			nest_level;		/* transaction nesting level at store_begin */
 }			nested[MAX_NESTED_BRACKETS];
 static int	n_nested = 0;
+
+static Oid	store_relid(void);
 
 static void
 spi_ready(void)
@@ -202,12 +232,17 @@ store_exec(StorePlanId id, Datum *values, const char *nulls, int expected)
 }
 
 /*
- * A claim's write for wait => false: run it in a subtransaction with a
- * 1 ms lock_timeout.  When it would have to wait for a lock (a duplicate
- * inserted since the probe, a row locked by another transaction) it
- * returns 0 rows and store_write_would_wait() says so; the claim answers
- * in_progress.  This closes the window between the probe and the write in
- * which a plain INSERT would wait.
+ * A claim's write for wait => false, in a subtransaction, so that it
+ * answers instead of waiting for another transaction's write of the key.
+ * A reclaim or takeover first locks the record with FOR UPDATE NOWAIT:
+ * any lock on it is the key's (WRITE_RECORD_LOCKED); once it is ours the
+ * update waits for nothing but short internal locks.  An insert has no
+ * record to lock: it runs with a 1 ms lock_timeout, and a timeout
+ * (WRITE_TIMED_OUT) is either a duplicate inserted or deleted by a running
+ * transaction since the probe, or a wait for something else, such as
+ * another backend extending the table (store_write_blocked_by_key tells
+ * which).  The table's lock is taken first, with no timeout: DDL is not
+ * the key.  Returns the rows processed, 0 when the write was refused.
  */
 static int
 store_exec_claim_write(StorePlanId id, Datum *values, const char *nulls,
@@ -217,19 +252,23 @@ store_exec_claim_write(StorePlanId id, Datum *values, const char *nulls,
 	ResourceOwner owner = CurrentResourceOwner;
 	volatile int processed = 0;
 
-	cur.write_would_wait = false;
+	cur.write_blocked = WRITE_NOT_BLOCKED;
 	if (!cur.nowait)
 		return store_exec(id, values, nulls, expected);
 
 	spi_ready();				/* outside the subtransaction it outlives */
+	LockRelationOid(store_relid(), RowExclusiveLock);
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(context);
 	PG_TRY();
 	{
 		int			nestlevel = NewGUCNestLevel();
 
-		(void) set_config_option("lock_timeout", "1", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
+		if (id == PLAN_INSERT)
+			(void) set_config_option("lock_timeout", "1", PGC_USERSET, PGC_S_SESSION,
+									 GUC_ACTION_SAVE, true, 0, false);
+		else
+			(void) store_exec(PLAN_LOCK_NOWAIT, values, nulls, SPI_OK_SELECT);
 		processed = store_exec(id, values, nulls, expected);
 		AtEOXact_GUC(true, nestlevel);
 		ReleaseCurrentSubTransaction();
@@ -248,7 +287,7 @@ store_exec_claim_write(StorePlanId id, Datum *values, const char *nulls,
 			ReThrowError(edata);
 		FreeErrorData(edata);
 		processed = 0;
-		cur.write_would_wait = true;
+		cur.write_blocked = id == PLAN_INSERT ? WRITE_TIMED_OUT : WRITE_RECORD_LOCKED;
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(context);
@@ -260,7 +299,67 @@ store_exec_claim_write(StorePlanId id, Datum *values, const char *nulls,
 bool
 store_write_would_wait(void)
 {
-	return cur.write_would_wait;
+	return cur.write_blocked != WRITE_NOT_BLOCKED;
+}
+
+/*
+ * The probe of direct_probe_uncommitted as the table's owner (who sees
+ * every row), for a caller it may not serve itself; the fingerprint found
+ * is dropped.  As for VACUUM, the owner's identity, restricted: no code of
+ * anyone else runs with it.
+ */
+static DirectAnswer
+probe_as_owner(const IdemKey *id)
+{
+	Oid			relid = store_relid();
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			table_owner;
+	Oid			save_userid;
+	int			save_sec_context;
+	bytea	   *fingerprint;
+	DirectAnswer answer;
+
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	table_owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(table_owner, save_sec_context |
+						   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+	answer = direct_probe_uncommitted(relid, id, &fingerprint, cur.caller_context);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	return answer;
+}
+
+/*
+ * The last claim write would have waited (store_write_would_wait): was it
+ * for the key?  A lock on the record is.  An insert's lock timeout is when
+ * another transaction, still running, is writing the key now (the probe
+ * the claim began with, run again); otherwise it was a wait for something
+ * else and the insert is tried again, as often as it takes.  The probe
+ * runs as the caller, who then learns that transaction's fingerprint
+ * (*fingerprint, else NULL), or else as the table's owner, answering only
+ * yes or no: the insert has passed the caller's row level security checks
+ * and was about to wait for that transaction, so the answer tells nothing
+ * that the wait would not.  Where neither can probe (an executor permission
+ * hook, a table the direct path does not read), the claim cannot tell, so
+ * its writes wait from now on, as with wait => true.
+ */
+bool
+store_write_blocked_by_key(const IdemKey *id, bytea **fingerprint)
+{
+	DirectAnswer answer;
+
+	*fingerprint = NULL;
+	if (cur.write_blocked == WRITE_RECORD_LOCKED)
+		return true;
+	answer = direct_probe_uncommitted(store_relid(), id, fingerprint,
+									  cur.caller_context);
+	if (answer == DIRECT_NOT_USED)
+		answer = probe_as_owner(id);
+	if (answer == DIRECT_NOT_USED)
+		cur.nowait = false;
+	return answer == DIRECT_FOUND;
 }
 
 /*
@@ -453,8 +552,8 @@ store_insert(const IdemKey *id, bytea *fingerprint, const IdemClaimSpec *t)
 	char		nulls[7] = "       ";
 	bool		inserted;
 
-	/* wait => false keeps its write in the SQL, under a 1 ms lock_timeout */
-	cur.write_would_wait = false;
+	/* wait => false keeps its write in the SQL (store_exec_claim_write) */
+	cur.write_blocked = WRITE_NOT_BLOCKED;
 	if (!cur.nowait &&
 		direct_answered(direct_insert(store_relid(), id, fingerprint, t), &inserted))
 		return inserted;
@@ -535,7 +634,7 @@ bool
 store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
 				  Jsonb *result, TimestampTz now)
 {
-	Datum		values[6];
+	Datum		values[7];
 	bool		updated;
 
 	if (direct_answered(direct_set_outcome(store_relid(), id, fence, status,
@@ -547,7 +646,27 @@ store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
 	values[3] = CStringGetTextDatum(idem_status_names[status]);
 	values[4] = JsonbPGetDatum(result);
 	values[5] = TimestampTzGetDatum(now);
+	values[6] = TimestampTzGetDatum(IDEM_LAST_TIMESTAMP);
 	return store_exec(PLAN_SET_OUTCOME, values, NULL, SPI_OK_UPDATE) == 1;
+}
+
+/*
+ * The expires_at an outcome recorded at now gives a record: at least now +
+ * its retention (expires_at - created_at, exact microseconds), but not
+ * past the last valid timestamp, so that no outcome of an accepted claim
+ * fails for lack of range.  PLAN_SET_OUTCOME computes the same in SQL.
+ */
+TimestampTz
+retention_end(TimestampTz expires_at, TimestampTz created_at, TimestampTz now)
+{
+	Interval   *kept = DatumGetIntervalP(DirectFunctionCall2(timestamp_mi,
+															 TimestampTzGetDatum(expires_at),
+															 TimestampTzGetDatum(created_at)));
+	/* timestamp_mi gives days and time, no months */
+	int64		kept_for = kept->time + kept->day * USECS_PER_DAY;
+
+	return Max(expires_at, kept_for < IDEM_LAST_TIMESTAMP - now ?
+			   now + kept_for : IDEM_LAST_TIMESTAMP);
 }
 
 /* Release a key for a retry: the next claim takes it over */

@@ -7,8 +7,9 @@
  * Consuming is one UPDATE that sets consumed_at where it is still NULL and
  * the token has not expired, so concurrent consumers queue on the row lock
  * and only the first one that commits changes it, as with any UPDATE.
- * Statements are saved plans with schema-qualified names and operators,
- * run with the caller's privileges; the clock is read once per call and
+ * Statements are saved plans with schema-qualified names and operators, on
+ * the table itself (ONLY: the primary key names a token only there), run
+ * with the caller's privileges; the clock is read once per call and
  * passed as a parameter (DESIGN §6).
  */
 #include "idempotency.h"
@@ -35,6 +36,7 @@ typedef enum TokenPlanId
 } TokenPlanId;
 
 #define EQ " OPERATOR(pg_catalog.=) "
+#define LE " OPERATOR(pg_catalog.<=) "
 
 /* %1$s is the qualified table name */
 static const SavedPlanDef token_plan_defs[NUM_TOKEN_PLANS] = {
@@ -44,16 +46,19 @@ static const SavedPlanDef token_plan_defs[NUM_TOKEN_PLANS] = {
 		4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	[TOKEN_PLAN_CONSUME] = {
-		"UPDATE %1$s SET consumed_at = $3"
+		"UPDATE ONLY %1$s SET consumed_at = $3"
 		" WHERE scope" EQ "$1 AND token" EQ "$2"
 		" AND consumed_at IS NULL AND expires_at OPERATOR(pg_catalog.>) $3",
 		3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 	},
-	/* expired tokens, consumed or not; SKIP LOCKED as for records */
+	/*
+	 * expired tokens, consumed or not, named by primary key; SKIP LOCKED as
+	 * for records (record_store.c)
+	 */
 	[TOKEN_PLAN_PURGE] = {
-		"DELETE FROM %1$s WHERE ctid" EQ "ANY (ARRAY("
-		"SELECT ctid FROM %1$s WHERE expires_at OPERATOR(pg_catalog.<=) $1"
-		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED))",
+		"DELETE FROM ONLY %1$s WHERE (scope, token)" EQ "ANY ("
+		"SELECT scope, token FROM ONLY %1$s WHERE expires_at" LE "$1"
+		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
 		2, {TIMESTAMPTZOID, INT4OID}
 	},
 };
@@ -103,8 +108,9 @@ random_token(void)
  *	  Store a new single-use token of scope, valid for ttl from the server's
  *	  clock, and return it: 22 URL-safe characters (base64url of 128 random
  *	  bits from pg_strong_random).  Errors: 22004 NULL scope or ttl, 22023
- *	  over-long scope or ttl not positive, 22008 ttl past the timestamp
- *	  range, 42501 no INSERT privilege on idempotency_token.
+ *	  over-long scope or ttl not positive, 22008 ttl too long, 25006
+ *	  read-only transaction or standby, 42501 no INSERT privilege on
+ *	  idempotency_token.
  */
 PG_FUNCTION_INFO_V1(idem_token_issue);
 Datum
@@ -120,6 +126,7 @@ idem_token_issue(PG_FUNCTION_ARGS)
 	require_arg(fcinfo, 1, "ttl", "idem_token_issue");
 	scope = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	check_length("scope", scope);
+	require_read_write("idem_token_issue");
 
 	values[0] = PointerGetDatum(PG_GETARG_TEXT_PP(0));
 	values[2] = TimestampTzGetDatum(now);
@@ -152,7 +159,8 @@ idem_token_issue(PG_FUNCTION_ARGS)
  *	  token issued in scope and not expired; false for an unknown, already
  *	  consumed, expired or other-scope token.  A concurrent consumer waits
  *	  for the first one's transaction and gets false if it commits.  Errors:
- *	  22004 NULL token or scope, 40001 under REPEATABLE READ/SERIALIZABLE
+ *	  22004 NULL token or scope, 25006 read-only transaction or standby,
+ *	  40001 under REPEATABLE READ/SERIALIZABLE
  *	  when another transaction consumed it after the snapshot, 42501 no
  *	  UPDATE privilege on idempotency_token.
  */
@@ -165,6 +173,7 @@ idem_token_consume(PG_FUNCTION_ARGS)
 
 	require_arg(fcinfo, 0, "token", "idem_token_consume");
 	require_arg(fcinfo, 1, "scope", "idem_token_consume");
+	require_read_write("idem_token_consume");
 	values[0] = PointerGetDatum(PG_GETARG_TEXT_PP(1));
 	values[1] = PointerGetDatum(PG_GETARG_TEXT_PP(0));
 	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());

@@ -226,7 +226,8 @@ static const char *const transition_outcome_names[] = {
  *	  state: nothing written) or not_found.  Errors: 22004 NULL argument or
  *	  NULL element of from_states, 42809 rel is not a table, 42703 no such
  *	  column, 42804 status column not text/enum or id of an unusable type,
- *	  0A000 no or composite primary key, 42501 no UPDATE privilege, 22P02
+ *	  0A000 no or composite primary key, 42501 no UPDATE privilege, 25006
+ *	  read-only transaction or standby, 22P02
  *	  a state that is not a value of the column's type, 40001 under
  *	  REPEATABLE READ/SERIALIZABLE when the row changed after the snapshot.
  */
@@ -265,6 +266,7 @@ idem_transition(PG_FUNCTION_ARGS)
 	require_arg(fcinfo, 4, "status_column", "idem_transition");
 	if (!OidIsValid(id_type))
 		elog(ERROR, "could not determine the type of argument id");
+	require_read_write("idem_transition");
 
 	to_state = text_to_cstring(PG_GETARG_TEXT_PP(2));
 	deconstruct_array(PG_GETARG_ARRAYTYPE_P(3), TEXTOID, -1, false,
