@@ -258,7 +258,7 @@ AS 'MODULE_PATHNAME', 'idem_transition_guard'
 LANGUAGE C;
 
 COMMENT ON FUNCTION @extschema@.idem_transition_guard() IS
-'row trigger on INSERT/UPDATE: idem_transition_guard(''column'', ''from>to'', ...) lets a status column move only along the listed transitions (compared as text); an update keeping the value is allowed; ''>to'' entries restrict the states a row may be inserted with (INSERT is unrestricted without them). Errors: IK005 transition or initial state not allowed (errdetail: from, to, allowed list), 22023 bad trigger argument (reported when the trigger fires), 39P01 not fired FOR EACH ROW on INSERT or UPDATE';
+'row trigger, BEFORE UPDATE or AFTER INSERT OR UPDATE (OR DELETE on a partitioned table, where it is declared on the partitioned table): idem_transition_guard(''column'', ''from>to'', ...) lets a status column move only along the listed transitions (compared as text), also across partitions and in upserts; an update keeping the value is allowed; ''>to'' entries (AFTER triggers only) restrict the states a row may be inserted with (INSERT is unrestricted without them). Errors: IK005 transition or initial state not allowed (errdetail: from, to, allowed list), 22023 bad trigger argument, 39P01 a declaration under which a write would escape the guard (both reported when the trigger first fires)';
 
 CREATE FUNCTION @extschema@.idem_version_guard()
 RETURNS trigger
