@@ -2,8 +2,7 @@
 -- column would escape it (README "idem_transition_guard"): CREATE TRIGGER
 -- accepts it, and the first write that fires it fails with 39P01, naming
 -- the trigger and the table, and changes nothing.  The declarations
--- allowed are proven in transition_guard_partitions and
--- transition_guard_upsert.
+-- allowed are proven in transition_guard_moves_upserts.
 \set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'
 CREATE TABLE tgd_orders (id int PRIMARY KEY, status text);
 INSERT INTO tgd_orders VALUES (1, 'pending');
