@@ -322,7 +322,9 @@ claim_result_type(FunctionCallInfo fcinfo)
  *			  fence, recovery_point, retry_after)
  *	  Claim (scope, key), or learn what to replay.  Without a lease the
  *	  claim belongs to the caller's transaction (commit guard); with one it
- *	  commits on its own and holds the key until locked_until.  Errors:
+ *	  commits on its own and holds the key until locked_until.  result:
+ *	  what a replay answers, and for a takeover or in_progress the last
+ *	  retryable error (or unknown detail) the record keeps.  Errors:
  *	  IK001 fingerprint mismatch, 25001 leased claim inside a transaction
  *	  block, subtransaction or pipeline, 22004 NULL key, scope or wait,
  *	  22023 empty/over-long key or scope, non-positive ttl or lease, 22008
