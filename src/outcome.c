@@ -169,8 +169,9 @@ record_outcome(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
  * idem_finish(key text, result jsonb, scope text, fence bigint)
  *	  RETURNS void
  *	  Record success: status succeeded, result replayed to duplicates.
- *	  Errors: IK002 no claim held, IK003 missing or stale fence of a leased
- *	  claim, 22004 NULL key, result or scope.
+ *	  A late write with the current fence is accepted (see above).
+ *	  Errors: IK002 no claim held, IK003 missing, stale or never issued
+ *	  fence of a leased claim, 22004 NULL key, result or scope.
  */
 PG_FUNCTION_INFO_V1(idem_finish);
 Datum
