@@ -41,7 +41,7 @@ COMMENT ON COLUMN @extschema@.idempotent_record.status IS
 COMMENT ON COLUMN @extschema@.idempotent_record.fingerprint IS
 'fingerprint of the request that claimed the key (usually idem_fingerprint(body), 32 bytes); NULL when none was given';
 COMMENT ON COLUMN @extschema@.idempotent_record.result IS
-'stored outcome replayed to duplicates: the result of idem_finish or the error of a final idem_fail';
+'stored outcome replayed to duplicates: the result of idem_finish or the error of a final idem_fail; while in_progress or unknown, the error of the last retryable idem_fail or the detail of idem_mark_unknown';
 COMMENT ON COLUMN @extschema@.idempotent_record.recovery_point IS
 'last saved recovery point of a multi-phase request; NULL when none';
 COMMENT ON COLUMN @extschema@.idempotent_record.fence IS
@@ -93,7 +93,7 @@ AS 'MODULE_PATHNAME', 'idem_claim'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_claim(text, text, bytea, interval, boolean, interval) IS
-'claim an idempotency key or learn what to replay. Returns one idem_claim_result row (outcome text: claimed | replay | in_progress, status idem_status, result jsonb, fence bigint, recovery_point text, retry_after interval). ttl interval (NULL = idempotency.default_ttl) is how long the record answers duplicates; wait => false answers in_progress instead of waiting for another transaction; lease interval (NULL = in-transaction claim) makes a leased claim that commits on its own and holds the key until server time + lease, after which the next claim takes it over (fence + 1, recovery point kept). Errors: IK001 fingerprint differs from the stored one, 22004 NULL key/scope/wait, 22023 empty or over-long key or scope, non-positive ttl or lease (fixed durations: a day is 24 hours, a month 30 days, a year 365.25 days), 22008 ttl or lease too long (server time + it past the timestamp range), 25006 read-only transaction or standby, 40001 duplicate committed after this REPEATABLE READ/SERIALIZABLE snapshot, 40P01 deadlock';
+'claim an idempotency key or learn what to replay. Returns one idem_claim_result row (outcome text: claimed | replay | in_progress, status idem_status, result jsonb, fence bigint, recovery_point text, retry_after interval). ttl interval (NULL = idempotency.default_ttl) is how long the record answers duplicates; wait => false answers in_progress instead of waiting for another transaction; lease interval (NULL = in-transaction claim) makes a leased claim that commits on its own (a statement of its own in autocommit) and holds the key until server time + lease, after which the next claim takes it over (fence + 1, recovery point and the error of a retryable failure kept and returned). Errors: IK001 fingerprint differs from the stored one, 25001 leased claim in a transaction block, subtransaction or pipeline, 22004 NULL key/scope/wait, 22023 empty or over-long key or scope, non-positive ttl or lease (fixed durations: a day is 24 hours, a month 30 days, a year 365.25 days), 22008 ttl or lease too long (server time + it past the timestamp range), 25006 read-only transaction or standby, 40001 duplicate committed after this REPEATABLE READ/SERIALIZABLE snapshot, 40P01 deadlock';
 
 CREATE FUNCTION @extschema@.idem_finish(
     key    text,
@@ -105,7 +105,7 @@ AS 'MODULE_PATHNAME', 'idem_finish'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_finish(text, jsonb, text, bigint) IS
-'record success: status succeeded, result jsonb stored and replayed to every duplicate. The transaction holding an in-transaction claim needs no fence; a leased claim or an unknown outcome needs fence bigint = the current fence. Returns void. Errors: IK002 no claim held (never claimed, expired, or already has an outcome), IK003 missing or stale fence (the lease was taken over), 22004 NULL key, result or scope, 25006 read-only transaction or standby';
+'record success: status succeeded, result jsonb stored and replayed to every duplicate. The transaction holding an in-transaction claim needs no fence; a leased claim or an unknown outcome needs fence bigint = the current fence. A late write with the current fence (lease and ttl over, nobody claimed the key since) is recorded and retained for a ttl from then. Returns void. Errors: IK002 no claim held (never claimed, purged, or already has an outcome), IK003 missing fence, older fence (the key was taken over) or a fence the record never issued, 22004 NULL key, result or scope, 25006 read-only transaction or standby';
 
 CREATE FUNCTION @extschema@.idem_fail(
     key       text,
@@ -118,7 +118,7 @@ AS 'MODULE_PATHNAME', 'idem_fail'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_fail(text, jsonb, boolean, text, bigint) IS
-'record failure. retryable => true (default) releases the key for a retry: the record stays as a claim whose lease has ended, and the next claim takes it over (claimed, fence + 1, recovery point kept), so the failed attempt''s fence can never write again; retryable => false stores error jsonb with status failed and replays it. Fence as for idem_finish. Returns void. Errors: IK002, IK003 as for idem_finish, 22004 NULL key, error, retryable or scope, 25006 read-only transaction or standby';
+'record failure. retryable => true (default) releases the key for a retry: the record stays as a claim whose lease has ended with error jsonb as its result (seen by idem_lookup, idem_pending and the retry), and the next claim takes it over (claimed, fence + 1, recovery point and error returned), so the failed attempt''s fence can never write again; retryable => false stores error jsonb with status failed and replays it. Fence as for idem_finish. Returns void. Errors: IK002, IK003 as for idem_finish, 22004 NULL key, error, retryable or scope, 25006 read-only transaction or standby';
 
 CREATE FUNCTION @extschema@.idem_mark_unknown(
     key    text,
@@ -199,7 +199,7 @@ SELECT scope, key, status, fence, recovery_point, result AS detail,
  ORDER BY created_at, scope, key;
 
 COMMENT ON VIEW @extschema@.idem_pending IS
-'records a reconciliation job must look at, oldest first: status unknown (outcome of an external call unknown; record it with idem_finish or idem_fail and the fence shown) and in_progress records whose lease has ended (their worker is gone; the next claim takes them over). detail is the jsonb given to idem_mark_unknown. Runs with the caller''s privileges and row level security';
+'records a reconciliation job must look at, oldest first: status unknown (outcome of an external call unknown; record it with idem_finish or idem_fail and the fence shown) and in_progress records whose lease has ended (their worker is gone; the next claim takes them over). detail is the jsonb given to idem_mark_unknown, or the error of a retryable idem_fail. Runs with the caller''s privileges and row level security';
 
 CREATE FUNCTION @extschema@.idem_purge(batch_size integer DEFAULT 10000)
 RETURNS bigint
@@ -258,7 +258,7 @@ AS 'MODULE_PATHNAME', 'idem_transition_guard'
 LANGUAGE C;
 
 COMMENT ON FUNCTION @extschema@.idem_transition_guard() IS
-'row trigger on INSERT/UPDATE: idem_transition_guard(''column'', ''from>to'', ...) lets a status column move only along the listed transitions (compared as text); an update keeping the value is allowed; ''>to'' entries restrict the states a row may be inserted with (INSERT is unrestricted without them). Errors: IK005 transition or initial state not allowed (errdetail: from, to, allowed list), 22023 bad trigger argument (reported when the trigger fires), 39P01 not fired FOR EACH ROW on INSERT or UPDATE';
+'row trigger, BEFORE UPDATE or AFTER INSERT OR UPDATE (OR DELETE on a partitioned table, where it is declared on the partitioned table): idem_transition_guard(''column'', ''from>to'', ...) lets a status column move only along the listed transitions (compared as text), also across partitions and in upserts; an update keeping the value is allowed; ''>to'' entries (AFTER triggers only) restrict the states a row may be inserted with (INSERT is unrestricted without them). Errors: IK005 transition or initial state not allowed (errdetail: from, to, allowed list), 22023 bad trigger argument, 39P01 a declaration under which a write would escape the guard (both reported when the trigger first fires)';
 
 CREATE FUNCTION @extschema@.idem_version_guard()
 RETURNS trigger

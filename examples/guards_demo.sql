@@ -25,7 +25,7 @@ CREATE TABLE shop.shipments (
     status   text   NOT NULL DEFAULT 'packing'
 );
 CREATE TRIGGER shipments_status_guard
-    BEFORE INSERT OR UPDATE ON shop.shipments FOR EACH ROW
+    AFTER INSERT OR UPDATE ON shop.shipments FOR EACH ROW
     EXECUTE FUNCTION public.idem_transition_guard('status', '>packing',
         'packing>shipped', 'shipped>delivered', 'packing>cancelled');
 INSERT INTO shop.shipments (order_id) SELECT id FROM shop.orders;

@@ -180,7 +180,9 @@ RESET idempotency.max_key_length;
 
 -------------------------------------------------------------------------------
 -- Intervals: ttl and lease must be positive (as intervals), and claim time
--- + interval must be a timestamp
+-- + interval must be a timestamp.  A leased claim cannot run in try()'s
+-- subtransaction: 25001 there says that the lease passed its checks, and
+-- the leases accepted claim in autocommit after the matrix.
 -------------------------------------------------------------------------------
 SELECT i AS interval_value,
        pg_temp.try(format('SELECT outcome FROM idem_claim(''k'', ttl => %L)', i)) AS ttl,
@@ -191,6 +193,12 @@ SELECT i AS interval_value,
   FROM (VALUES ('0'), ('-1 second'), ('-1 day'), ('1 month -30 days'), ('1 month -31 days'),
                ('1 day -86400 seconds'), ('1 microsecond'), ('1 second'), ('1000 years'),
                ('300000 years'), ('178000000 years'), ('-178000000 years')) AS v(i);
+SELECT i AS lease, outcome
+  FROM (VALUES ('1 microsecond'), ('1 second'), ('1000 years')) AS v(i),
+       LATERAL idem_claim('lease ' || i, lease => i::interval);
+SELECT key, locked_until - created_at AS lease FROM idempotent_record
+ WHERE key LIKE 'lease %' ORDER BY locked_until;
+DELETE FROM idempotent_record WHERE key LIKE 'lease %';
 SELECT pg_temp.try($$SELECT idem_purge(0)$$) AS batch_0,
        pg_temp.try($$SELECT idem_purge(-1)$$) AS batch_negative,
        pg_temp.try($$SELECT idem_purge(2147483647)$$) AS batch_max;

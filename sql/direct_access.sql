@@ -9,8 +9,8 @@ TRUNCATE idempotent_record;
 SHOW idempotency.direct_access;
 
 -- Every claim answer, replay and purge count of one scenario, as lines.
--- It runs in a block that ends with an error, so everything it wrote is
--- rolled back and the next run starts from the same table.
+-- Each run starts from an empty table.  (Its leased claims commit on their
+-- own, so it cannot run in a block that an error rolls back.)
 CREATE FUNCTION direct_scenario() RETURNS SETOF text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -85,9 +85,6 @@ BEGIN
         SELECT string_agg(key, ',' ORDER BY key) AS keys INTO r
           FROM idempotent_record WHERE key LIKE 'p_';
         lines := lines || format('left after purge: %s', r.keys);
-        RAISE EXCEPTION USING ERRCODE = 'IKXXX';
-    EXCEPTION WHEN SQLSTATE 'IKXXX' THEN
-        NULL;
     END;
     RETURN QUERY SELECT unnest(lines);
 END
@@ -95,15 +92,15 @@ $$;
 
 SET idempotency.direct_access = on;
 CREATE TEMP TABLE seen_direct AS SELECT row_number() OVER () AS n, l FROM direct_scenario() AS l;
+TRUNCATE idempotent_record;
 SET idempotency.direct_access = off;
 CREATE TEMP TABLE seen_sql AS SELECT row_number() OVER () AS n, l FROM direct_scenario() AS l;
+TRUNCATE idempotent_record;
 RESET idempotency.direct_access;
 SELECT l FROM seen_direct ORDER BY n;
 -- the same lines, line for line
 SELECT count(*) AS lines, count(*) FILTER (WHERE d.l IS DISTINCT FROM s.l) AS differing
   FROM seen_direct d FULL JOIN seen_sql s USING (n);
--- nothing of the scenario was kept
-SELECT count(*) FROM idempotent_record;
 
 -- SERIALIZABLE: the read of a claim takes predicate locks (from the index
 -- and table access methods) as the SQL's index scan does

@@ -13,9 +13,10 @@ SELECT outcome, status, result,
   FROM idem_claim('pay-final');
 SELECT outcome, status FROM idem_claim('pay-final');
 
--- a retryable failure is not cached: the key is released as a claim whose
--- lease has ended, and the next claim takes it over with fence 2 (the
--- failed attempt's fence 1 can never write again)
+-- a retryable failure is not replayed: the key is released as a claim
+-- whose lease has ended (the error kept as its reason), and the next claim
+-- takes it over with fence 2 (the failed attempt's fence 1 can never write
+-- again)
 BEGIN;
 SELECT outcome FROM idem_claim('pay-retry');
 SELECT idem_fail('pay-retry', '{"code": "timeout"}');

@@ -72,7 +72,7 @@ SELECT id, status FROM gd_orders WHERE id = 4;
 -------------------------------------------------------------------------------
 CREATE TYPE gd_job_state AS ENUM ('queued', 'running', 'done', 'failed');
 CREATE TABLE gd_jobs (id integer PRIMARY KEY, state gd_job_state);
-CREATE TRIGGER gd_jobs_state BEFORE INSERT OR UPDATE ON gd_jobs FOR EACH ROW
+CREATE TRIGGER gd_jobs_state AFTER INSERT OR UPDATE ON gd_jobs FOR EACH ROW
     EXECUTE FUNCTION idem_transition_guard('state', '>queued', 'queued>running',
                                            ' running > done ', 'running>failed', 'failed>queued');
 INSERT INTO gd_jobs VALUES (1, 'queued');
@@ -147,7 +147,8 @@ CREATE TRIGGER gd_bad BEFORE UPDATE ON gd_bad FOR EACH ROW
 UPDATE gd_bad SET state = 'running';
 :sqlstate
 DROP TRIGGER gd_bad ON gd_bad;
--- misuse: statement level, DELETE, a direct call (39P01)
+-- misuse: statement level, a trigger not fired on UPDATE, a direct call
+-- (39P01; every other declaration refused is in transition_guard_declarations)
 CREATE TRIGGER gd_bad BEFORE UPDATE ON gd_bad FOR EACH STATEMENT
     EXECUTE FUNCTION idem_transition_guard('status', 'a>b');
 UPDATE gd_bad SET status = 'b';

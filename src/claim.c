@@ -10,6 +10,7 @@
 #include "idempotency.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -57,6 +58,31 @@ claim_times(FunctionCallInfo fcinfo, IdemClaimSpec *t)
 		interval_end(fcinfo, CLAIM_LEASE, "lease", t->now) : 0;
 }
 
+/*
+ * A leased claim must commit on its own, before the work it guards starts.
+ * In a transaction block (BEGIN, or several statements in one query
+ * string), a subtransaction or a pipeline it would roll back with the work
+ * around it after the caller was told "claimed": refuse it there, as
+ * PreventInTransactionBlock refuses VACUUM, and commit right after the
+ * statement otherwise (a later message of a pipeline cannot join it).
+ * Unlike PreventInTransactionBlock this allows a function or procedure
+ * that runs as a statement of its own: in a procedure's non-atomic context
+ * each transaction it starts is not a transaction block either.
+ */
+static void
+require_own_transaction(const IdemKey *id)
+{
+	if (IsTransactionBlock() || IsSubTransaction() ||
+		(MyXactFlags & XACT_FLAGS_PIPELINING))
+		ereport(ERROR,
+				errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				errmsg("leased claim cannot run inside a transaction block"),
+				errdetail("Key \"%s\" in scope \"%s\" would be claimed in a transaction block, a subtransaction or a pipeline, where the claim could roll back after the caller was told \"claimed\".",
+						  id->key, id->scope),
+				errhint("Call idem_claim with a lease as a statement of its own in autocommit mode, or make an in-transaction claim without a lease."));
+	MyXactFlags |= XACT_FLAGS_NEEDIMMEDIATECOMMIT;
+}
+
 typedef enum ClaimOutcome
 {
 	OUTCOME_CLAIMED,
@@ -91,15 +117,19 @@ answer_from_record(ClaimAnswer *a, ClaimOutcome outcome, const IdemRecord *rec)
 	return true;
 }
 
-/* A new claim: register it with the commit guard unless it is leased */
+/*
+ * A new claim: register it with the commit guard unless it is leased.  A
+ * takeover answers with what the record keeps: the recovery point, and
+ * the error of a retryable failure in result.
+ */
 static bool
 answer_claimed(ClaimAnswer *a, const IdemKey *id, const IdemClaimSpec *t,
-			   int64 fence, char *recovery_point)
+			   int64 fence, char *recovery_point, Jsonb *result)
 {
 	a->outcome = OUTCOME_CLAIMED;
 	a->has_record = true;
 	a->status = IDEM_IN_PROGRESS;
-	a->result = NULL;
+	a->result = result;
 	a->fence = fence;
 	a->recovery_point = recovery_point;
 	a->retry_after = NULL;
@@ -198,7 +228,7 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 	if (!store_read(id, &rec))
 	{
 		if (store_insert(id, fingerprint, &t))
-			return answer_claimed(a, id, &t, 1, NULL);
+			return answer_claimed(a, id, &t, 1, NULL, NULL);
 		if (!store_write_would_wait() && ++loop->hidden >= 3)
 			idem_hidden_record_error(id);
 		return write_lost(id, fingerprint, loop, a);
@@ -220,7 +250,7 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 	{
 		if (!store_reclaim_expired(id, rec.fence, fingerprint, &t, &new_fence))
 			return write_lost(id, fingerprint, loop, a);
-		return answer_claimed(a, id, &t, new_fence, NULL);
+		return answer_claimed(a, id, &t, new_fence, NULL, NULL);
 	}
 
 	check_fingerprint(id, rec.fingerprint, fingerprint);
@@ -250,7 +280,8 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 	if (!store_take_over(id, rec.fence, fingerprint, &t, &new_fence))
 		return write_lost(id, fingerprint, loop, a);
 	idem_count(IDEM_COUNT_TAKEOVERS);
-	return answer_claimed(a, id, &t, new_fence, rec.recovery_point);
+	return answer_claimed(a, id, &t, new_fence, rec.recovery_point,
+						  rec.result);
 }
 
 /*
@@ -293,9 +324,12 @@ claim_result_type(FunctionCallInfo fcinfo)
  *			  fence, recovery_point, retry_after)
  *	  Claim (scope, key), or learn what to replay.  Without a lease the
  *	  claim belongs to the caller's transaction (commit guard); with one it
- *	  is meant to commit on its own and holds the key until locked_until.
- *	  ttl and lease are fixed durations (interval_end).  Errors: IK001
- *	  fingerprint mismatch, 22004 NULL key, scope or wait, 22023
+ *	  commits on its own and holds the key until locked_until.  result:
+ *	  what a replay answers, and for a takeover or in_progress the last
+ *	  retryable error (or unknown detail) the record keeps.  ttl and lease
+ *	  are fixed durations (interval_end).  Errors: IK001 fingerprint
+ *	  mismatch, 25001 leased claim inside a transaction block,
+ *	  subtransaction or pipeline, 22004 NULL key, scope or wait, 22023
  *	  empty/over-long key or scope, non-positive ttl or lease, 22008 ttl or
  *	  lease too long, 25006 read-only transaction or standby; 40001 and
  *	  40P01 come from the unique index as for INSERT ... ON CONFLICT.
@@ -318,6 +352,8 @@ idem_claim(PG_FUNCTION_ARGS)
 	require_read_write("idem_claim");
 	loop.wait = PG_GETARG_BOOL(CLAIM_WAIT);
 	claim_times(fcinfo, &t);	/* check ttl and lease before anything */
+	if (t.leased)
+		require_own_transaction(&id);
 
 	store_begin(fcinfo->flinfo->fn_oid, !loop.wait);
 	while (!claim_attempt(fcinfo, &id, fingerprint, &loop, &a))

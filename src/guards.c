@@ -5,21 +5,33 @@
  *	  IK005) and idem_version_guard (optimistic lock on a version column,
  *	  IK006).
  *
- * Both work on the final row the trigger manager hands them, so every path
- * that writes the table through the executor is guarded: multi-row UPDATE,
- * UPDATE through a view, COPY, INSERT ... ON CONFLICT DO UPDATE.
+ * Both work on the rows the trigger manager hands them, so every path that
+ * writes the table through the executor is guarded: multi-row UPDATE,
+ * UPDATE through a view, COPY, MERGE, INSERT ... ON CONFLICT DO UPDATE,
+ * rows moving between partitions.  idem_transition_guard refuses, when it
+ * first fires, a declaration that would see less than every write.
  */
 #include "idempotency.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/partition.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "common/int.h"
 #include "executor/spi.h"
+#include "executor/tuptable.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
+#include "storage/bufmgr.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
 
@@ -100,6 +112,13 @@ typedef struct TransitionSpec
 	char	  **to;
 	bool		restricts_insert;	/* some '>to' was given */
 	char	   *edges;			/* "pending>paid, paid>shipped" for messages */
+	Oid			root_tgoid;		/* the trigger as declared: on the
+								 * partitioned table this one is cloned from,
+								 * or this one */
+	Oid			declared_on;	/* the table of root_tgoid, named in messages */
+	bool		pairs_moves;	/* an AFTER trigger on a partition: a row
+								 * moved to another partition comes as DELETE
+								 * and INSERT */
 } TransitionSpec;
 
 static char *
@@ -127,6 +146,110 @@ check_state(TriggerData *trigdata, Oid enum_type, const char *arg,
 							 psprintf("\"%s\" is not a label of enum %s.",
 									  state, format_type_be(enum_type)),
 							 TRANSITION_USAGE);
+}
+
+/*
+ * The trigger that trigger tgoid was cloned from on the table where it was
+ * declared (following pg_trigger.tgparentid up a partition tree), and that
+ * table in *relid.
+ */
+static Oid
+declared_trigger(Oid tgoid, Oid *relid)
+{
+	Relation	pg_trigger = table_open(TriggerRelationId, AccessShareLock);
+
+	for (;;)
+	{
+		ScanKeyData key;
+		SysScanDesc scan;
+		HeapTuple	tuple;
+		Oid			parent;
+
+		ScanKeyInit(&key, Anum_pg_trigger_oid, BTEqualStrategyNumber,
+					F_OIDEQ, ObjectIdGetDatum(tgoid));
+		scan = systable_beginscan(pg_trigger, TriggerOidIndexId, true, NULL, 1, &key);
+		tuple = systable_getnext(scan);
+		if (!HeapTupleIsValid(tuple))
+			elog(ERROR, "could not find trigger %u", tgoid);
+		parent = ((Form_pg_trigger) GETSTRUCT(tuple))->tgparentid;
+		*relid = ((Form_pg_trigger) GETSTRUCT(tuple))->tgrelid;
+		systable_endscan(scan);
+		if (!OidIsValid(parent))
+			break;
+		tgoid = parent;
+	}
+	table_close(pg_trigger, AccessShareLock);
+	return tgoid;
+}
+
+/* Raise 39P01: the trigger, as declared, would not see every write */
+static void
+refuse_declaration(TriggerData *trigdata, const TransitionSpec *spec,
+				   const char *detail, const char *hint)
+{
+	ereport(ERROR,
+			errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+			errmsg("trigger \"%s\" on table \"%s\" cannot guard the transitions of column \"%s\"",
+				   trigdata->tg_trigger->tgname, get_rel_name(spec->declared_on),
+				   spec->column),
+			errdetail_internal("%s", detail),
+			errhint("%s", hint));
+}
+
+/*
+ * Refuse a declaration under which some write of the column would escape
+ * the guard, and note how moves between partitions reach it.  Edges are
+ * checked on UPDATE; a BEFORE UPDATE row trigger sees a row that moves to
+ * another partition as an update (it fires on the old partition before the
+ * row is routed), an AFTER trigger sees the DELETE and the INSERT of the
+ * move.  Initial states are checked on INSERT, by an AFTER trigger only:
+ * for INSERT ... ON CONFLICT DO UPDATE a BEFORE INSERT trigger fires for
+ * the proposed row before it is known whether the row is inserted or
+ * updates the existing one, while AFTER INSERT fires for rows inserted.
+ */
+static void
+check_declaration(TriggerData *trigdata, TransitionSpec *spec)
+{
+	Trigger    *tg = trigdata->tg_trigger;
+	Relation	rel = trigdata->tg_relation;
+
+	spec->root_tgoid = tg->tgoid;
+	spec->declared_on = RelationGetRelid(rel);
+	if (rel->rd_rel->relispartition)
+	{
+		spec->root_tgoid = declared_trigger(tg->tgoid, &spec->declared_on);
+		if (get_rel_relispartition(spec->declared_on))
+			refuse_declaration(trigdata, spec,
+							   "It is declared on a partition, so it does not see the rows that an UPDATE moves into or out of that partition.",
+							   psprintf("Create the trigger on the partitioned table \"%s\".",
+										get_rel_name(llast_oid(get_partition_ancestors(spec->declared_on)))));
+	}
+	if (TRIGGER_FOR_INSTEAD(tg->tgtype))
+		refuse_declaration(trigdata, spec,
+						   "An INSTEAD OF trigger replaces the write it would have to check.",
+						   "Create it on the table behind the view, AFTER INSERT OR UPDATE FOR EACH ROW.");
+	if (!TRIGGER_FOR_UPDATE(tg->tgtype))
+		refuse_declaration(trigdata, spec,
+						   "It does not fire on UPDATE, so no transition would be checked.",
+						   "Declare it BEFORE UPDATE, or AFTER INSERT OR UPDATE when it lists initial states.");
+	if (spec->restricts_insert && !TRIGGER_FOR_INSERT(tg->tgtype))
+		refuse_declaration(trigdata, spec,
+						   "It lists initial states ('>state') but does not fire on INSERT, so they would not be checked.",
+						   "Declare it AFTER INSERT OR UPDATE FOR EACH ROW.");
+	if (spec->restricts_insert && TRIGGER_FOR_BEFORE(tg->tgtype))
+		refuse_declaration(trigdata, spec,
+						   "It lists initial states ('>state'), and a BEFORE INSERT trigger sees the row that INSERT ... ON CONFLICT DO UPDATE proposes before it is known whether that row is inserted or updates an existing row.",
+						   "Declare it AFTER INSERT OR UPDATE FOR EACH ROW: AFTER INSERT fires for the rows actually inserted.");
+	spec->pairs_moves = rel->rd_rel->relispartition && TRIGGER_FOR_AFTER(tg->tgtype);
+	if (spec->pairs_moves &&
+		(!TRIGGER_FOR_INSERT(tg->tgtype) || !TRIGGER_FOR_DELETE(tg->tgtype)))
+		refuse_declaration(trigdata, spec,
+						   "On a partitioned table, an UPDATE that moves a row to another partition fires the AFTER DELETE and AFTER INSERT triggers of the partitions, not AFTER UPDATE.",
+						   "Declare it AFTER INSERT OR UPDATE OR DELETE FOR EACH ROW, or BEFORE UPDATE when it lists no initial states.");
+	if (spec->pairs_moves && rel->rd_rel->relkind == RELKIND_FOREIGN_TABLE)
+		refuse_declaration(trigdata, spec,
+						   "A row that an UPDATE moves into a foreign table partition is not a heap tuple, so an AFTER trigger cannot match it with the row it was.",
+						   "Declare it BEFORE UPDATE when it lists no initial states.");
 }
 
 static TransitionSpec *
@@ -199,10 +322,100 @@ parse_transition_spec(FunctionCallInfo fcinfo, TriggerData *trigdata)
 						 from ? from : "", to);
 	}
 	spec->edges = edges.data;
+	check_declaration(trigdata, spec);
 	spec->tgoid = tg->tgoid;
 	MemoryContextSwitchTo(old);
 	fcinfo->flinfo->fn_extra = spec;
 	return spec;
+}
+
+/*
+ * An UPDATE that moves a row to another partition fires, for an AFTER
+ * trigger, the DELETE of the old row and then the INSERT of the new one,
+ * both with the command id of that UPDATE; what other statements write in
+ * between carries other command ids.  The DELETE of a moved row (heapam
+ * marks it) leaves its state here; the INSERT of the same command takes it
+ * and checks the edge, instead of an initial state.
+ */
+static struct
+{
+	TransactionId xid;			/* top transaction; invalid: nothing pending */
+	CommandId	cid;
+	Oid			root_tgoid;
+	char	   *from;			/* state of the old row, in TopMemoryContext;
+								 * NULL for NULL */
+}			pending_move;
+
+/*
+ * The command of this transaction that moved the trigger's old row out of
+ * its partition (moved_out) or inserted its new row; false when there is
+ * none.  The tuple header is read under the buffer's content lock.
+ */
+static bool
+row_command(TriggerData *trigdata, bool moved_out, CommandId *cid)
+{
+	TupleTableSlot *slot = trigdata->tg_trigslot;
+	HeapTupleHeader htup = trigdata->tg_trigtuple->t_data;
+	Buffer		buffer;
+	bool		found;
+
+	if (slot == NULL || !TTS_IS_BUFFERTUPLE(slot))
+		return false;
+	buffer = ((BufferHeapTupleTableSlot *) slot)->buffer;
+	if (BufferIsValid(buffer))
+		LockBuffer(buffer, BUFFER_LOCK_SHARE);
+	if (moved_out)
+	{
+		found = HeapTupleHeaderIndicatesMovedPartitions(htup) &&
+			TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetUpdateXid(htup));
+		if (found)
+			*cid = HeapTupleHeaderGetCmax(htup);
+	}
+	else
+	{
+		found = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(htup));
+		if (found)
+			*cid = HeapTupleHeaderGetCmin(htup);
+	}
+	if (BufferIsValid(buffer))
+		LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
+	return found;
+}
+
+/* AFTER DELETE: if the row moved to another partition, note its state */
+static void
+note_move(TriggerData *trigdata, const TransitionSpec *spec, const char *from)
+{
+	CommandId	cid;
+
+	if (!row_command(trigdata, true, &cid))
+		return;
+	if (pending_move.from != NULL)
+		pfree(pending_move.from);
+	pending_move.xid = GetTopTransactionId();
+	pending_move.cid = cid;
+	pending_move.root_tgoid = spec->root_tgoid;
+	pending_move.from = from ? MemoryContextStrdup(TopMemoryContext, from) : NULL;
+}
+
+/*
+ * AFTER INSERT: is the new row the other half of the move noted last?
+ * Then *from is the state it moved from (NULL for NULL), valid until the
+ * next move is noted.
+ */
+static bool
+take_move(TriggerData *trigdata, const TransitionSpec *spec, char **from)
+{
+	CommandId	cid;
+
+	if (!TransactionIdIsValid(pending_move.xid) ||
+		pending_move.xid != GetTopTransactionIdIfAny() ||
+		pending_move.root_tgoid != spec->root_tgoid ||
+		!row_command(trigdata, false, &cid) || cid != pending_move.cid)
+		return false;
+	pending_move.xid = InvalidTransactionId;
+	*from = pending_move.from;
+	return true;
 }
 
 static bool
@@ -219,16 +432,60 @@ edge_allowed(const TransitionSpec *spec, const char *from, const char *to)
 	return false;
 }
 
+/* A change of the column from one state to another: IK005 unless allowed */
+static void
+check_edge(TriggerData *trigdata, const TransitionSpec *spec,
+		   const char *from, const char *to)
+{
+	/* staying in the same state is always allowed */
+	if (from == NULL ? to == NULL : to != NULL && strcmp(from, to) == 0)
+		return;
+	if (from != NULL && to != NULL && edge_allowed(spec, from, to))
+		return;
+	ereport(ERROR,
+			errcode(ERRCODE_IDEM_TRANSITION_NOT_ALLOWED),
+			errmsg("transition of column \"%s\" from %s to %s is not allowed",
+				   spec->column, state_for_message(from), state_for_message(to)),
+			errdetail("The row of table \"%s\" is in state %s and the update sets %s; trigger \"%s\" allows only: %s.",
+					  get_rel_name(spec->declared_on),
+					  state_for_message(from), state_for_message(to),
+					  trigdata->tg_trigger->tgname, spec->edges),
+			errhint("Move the row along an allowed transition (HTTP 409); an update that keeps the state is always allowed."));
+}
+
+/* A new row: IK005 unless its state is listed as initial */
+static void
+check_initial_state(TriggerData *trigdata, const TransitionSpec *spec,
+					const char *to)
+{
+	if (to != NULL && edge_allowed(spec, NULL, to))
+		return;
+	ereport(ERROR,
+			errcode(ERRCODE_IDEM_TRANSITION_NOT_ALLOWED),
+			errmsg("initial state %s of column \"%s\" is not allowed",
+				   state_for_message(to), spec->column),
+			errdetail("The new row of table \"%s\" has state %s; trigger \"%s\" allows only: %s.",
+					  get_rel_name(spec->declared_on),
+					  state_for_message(to), trigdata->tg_trigger->tgname,
+					  spec->edges),
+			errhint("Insert rows in one of the states listed as '>state'."));
+}
+
 /*
  * idem_transition_guard() RETURNS trigger
  *	  Arguments: the status column, then one 'from>to' per allowed
  *	  transition; '>to' lists a state a row may be inserted with (when any
- *	  is given, INSERT is restricted to them).  As a row trigger on UPDATE
- *	  (and INSERT) it lets through updates that keep the column's value and
- *	  moves along a listed edge; any other change raises IK005.  States are
- *	  compared in their text form.  Errors: IK005 transition (or initial
- *	  state) not allowed, 22023 bad trigger argument, 39P01 not fired as a
- *	  row trigger on INSERT or UPDATE.
+ *	  is given, INSERT is restricted to them).  A row trigger declared
+ *	  BEFORE UPDATE or BEFORE INSERT OR UPDATE without initial states, or
+ *	  AFTER INSERT OR UPDATE (OR DELETE on a partitioned table, which is
+ *	  where it must be declared): an update that keeps the column's value
+ *	  or moves along a listed edge passes, any other change raises IK005,
+ *	  also for a row moved to another partition and for the update of
+ *	  INSERT ... ON CONFLICT DO UPDATE; a row inserted in a state not
+ *	  listed as initial raises IK005.  States are compared in their text
+ *	  form.  Errors: IK005 transition (or initial state) not allowed, 22023
+ *	  bad trigger argument, 39P01 not fired as a row trigger, or declared
+ *	  so that some write would escape it (reported when it first fires).
  */
 PG_FUNCTION_INFO_V1(idem_transition_guard);
 Datum
@@ -236,60 +493,28 @@ idem_transition_guard(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = row_trigger_data(fcinfo, "idem_transition_guard");
 	TupleDesc	desc = RelationGetDescr(trigdata->tg_relation);
-	TransitionSpec *spec;
-	HeapTuple	result;
-	char	   *from = NULL;
-	char	   *to;
-
-	if (!TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) &&
-		!TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
-		ereport(ERROR,
-				errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				errmsg("idem_transition_guard() must be fired on INSERT or UPDATE"),
-				errdetail("Trigger \"%s\" on table \"%s\" fired on DELETE.",
-						  trigdata->tg_trigger->tgname,
-						  RelationGetRelationName(trigdata->tg_relation)));
-
-	spec = parse_transition_spec(fcinfo, trigdata);
+	TransitionSpec *spec = parse_transition_spec(fcinfo, trigdata);
+	HeapTuple	row = trigdata->tg_trigtuple;
+	char	   *from;
 
 	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
 	{
-		result = trigdata->tg_newtuple;
-		from = SPI_getvalue(trigdata->tg_trigtuple, desc, spec->attno);
-		to = SPI_getvalue(trigdata->tg_newtuple, desc, spec->attno);
-		/* staying in the same state is always allowed */
-		if (from == NULL ? to == NULL : to != NULL && strcmp(from, to) == 0)
-			return PointerGetDatum(result);
-		if (from != NULL && to != NULL && edge_allowed(spec, from, to))
-			return PointerGetDatum(result);
-		ereport(ERROR,
-				errcode(ERRCODE_IDEM_TRANSITION_NOT_ALLOWED),
-				errmsg("transition of column \"%s\" from %s to %s is not allowed",
-					   spec->column, state_for_message(from), state_for_message(to)),
-				errdetail("The row of table \"%s\" is in state %s and the update sets %s; trigger \"%s\" allows only: %s.",
-						  RelationGetRelationName(trigdata->tg_relation),
-						  state_for_message(from), state_for_message(to),
-						  trigdata->tg_trigger->tgname, spec->edges),
-				errhint("Move the row along an allowed transition (HTTP 409); an update that keeps the state is always allowed."));
+		check_edge(trigdata, spec, SPI_getvalue(row, desc, spec->attno),
+				   SPI_getvalue(trigdata->tg_newtuple, desc, spec->attno));
+		return PointerGetDatum(trigdata->tg_newtuple);
 	}
-
-	/* INSERT: restricted only when the trigger lists initial states */
-	result = trigdata->tg_trigtuple;
-	if (!spec->restricts_insert)
-		return PointerGetDatum(result);
-	to = SPI_getvalue(trigdata->tg_trigtuple, desc, spec->attno);
-	if (to != NULL && edge_allowed(spec, NULL, to))
-		return PointerGetDatum(result);
-	ereport(ERROR,
-			errcode(ERRCODE_IDEM_TRANSITION_NOT_ALLOWED),
-			errmsg("initial state %s of column \"%s\" is not allowed",
-				   state_for_message(to), spec->column),
-			errdetail("The new row of table \"%s\" has state %s; trigger \"%s\" allows only: %s.",
-					  RelationGetRelationName(trigdata->tg_relation),
-					  state_for_message(to), trigdata->tg_trigger->tgname,
-					  spec->edges),
-			errhint("Insert rows in one of the states listed as '>state'."));
-	return (Datum) 0;			/* keep compiler quiet */
+	if (TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
+	{
+		if (spec->pairs_moves)
+			note_move(trigdata, spec, SPI_getvalue(row, desc, spec->attno));
+		return PointerGetDatum(row);
+	}
+	/* INSERT: the new half of a row moved between partitions, or a new row */
+	if (spec->pairs_moves && take_move(trigdata, spec, &from))
+		check_edge(trigdata, spec, from, SPI_getvalue(row, desc, spec->attno));
+	else if (spec->restricts_insert)
+		check_initial_state(trigdata, spec, SPI_getvalue(row, desc, spec->attno));
+	return PointerGetDatum(row);
 }
 
 /*-------------------------------------------------------------------------

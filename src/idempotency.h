@@ -123,7 +123,8 @@ extern bool store_take_over(const IdemKey *id, int64 seen_fence,
 extern bool store_set_outcome(const IdemKey *id, int64 fence,
 							  IdemStatus status, Jsonb *result,
 							  TimestampTz now);
-extern bool store_release(const IdemKey *id, int64 fence, TimestampTz now);
+extern bool store_release(const IdemKey *id, int64 fence, Jsonb *reason,
+						  TimestampTz now);
 extern bool store_checkpoint(const IdemKey *id, int64 fence,
 							 const char *recovery_point, TimestampTz now);
 extern bool store_extend_lease(const IdemKey *id, int64 fence,

@@ -7,7 +7,10 @@
  * an in-transaction claim, or whoever presents the current fence of a
  * leased one (the fencing token of the lease; a takeover adds one).  A
  * stale fence is refused with IK003 and changes nothing, so a worker that
- * lost its lease can never overwrite the newer owner's outcome.
+ * lost its lease can never overwrite the newer owner's outcome.  The fence
+ * stays current after the lease and the ttl ran out, until another claim
+ * reclaims or takes over the key: a late write is recorded (an outcome
+ * then restarts retention), so that a retry replays it.
  */
 #include "idempotency.h"
 
@@ -28,30 +31,36 @@ errcode_stale_fence(void)
 
 /*
  * A fenced write changed nothing: read the record and say why.  IK003 when
- * the record carries another fence (taken over), IK002 otherwise.
+ * the record carries another fence: an older one was taken over (also when
+ * the record has expired since), one that the record never issued (zero,
+ * negative, newer than its fence) is only wrong.  IK002 otherwise.
  */
 static void
 explain_refusal(const IdemKey *id, int64 fence, const char *fn)
 {
 	IdemRecord	rec;
-	bool		found = store_read(id, &rec);
 
-	if (!found || record_expired(&rec, GetCurrentTimestamp()))
+	if (!store_read(id, &rec))
 		ereport(ERROR,
 				errcode(ERRCODE_IDEM_NOT_HELD),
 				errmsg("idempotency key is not claimed"),
-				errdetail("Key \"%s\" in scope \"%s\" has no record%s.",
-						  id->key, id->scope, found ? " that has not expired" : ""),
+				errdetail("Key \"%s\" in scope \"%s\" has no record.",
+						  id->key, id->scope),
 				errhint("Call %s only after idem_claim answered \"claimed\".", fn));
-	if (rec.fence != fence)
+	if (fence >= 1 && fence < rec.fence)
 		ereport(ERROR,
 				errcode_stale_fence(),
-				rec.fence > fence ?
-				errmsg("stale fence: the claim was taken over") :
-				errmsg("fence does not match the claim"),
+				errmsg("stale fence: the claim was taken over"),
 				errdetail("Key \"%s\" in scope \"%s\" has fence " INT64_FORMAT "; this call has fence " INT64_FORMAT ".",
 						  id->key, id->scope, rec.fence, fence),
 				errhint("Only the holder of the current fence may write; a worker whose lease was taken over must stop and record nothing (HTTP 409)."));
+	if (fence != rec.fence)
+		ereport(ERROR,
+				errcode_stale_fence(),
+				errmsg("fence does not match the claim"),
+				errdetail("Key \"%s\" in scope \"%s\" has fence " INT64_FORMAT "; this call has fence " INT64_FORMAT ", which the record has not issued.",
+						  id->key, id->scope, rec.fence, fence),
+				errhint("Pass the fence that idem_claim returned; fences start at 1 and grow by one at each reclaim or takeover."));
 	if (rec.status == IDEM_SUCCEEDED || rec.status == IDEM_FAILED)
 		ereport(ERROR,
 				errcode(ERRCODE_IDEM_NOT_HELD),
@@ -106,7 +115,7 @@ required_fence(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 	if (!PG_ARGISNULL(fence_arg))
 		return PG_GETARG_INT64(fence_arg);
 
-	if (store_read(id, &rec) && !record_expired(&rec, GetCurrentTimestamp()) &&
+	if (store_read(id, &rec) &&
 		(rec.status == IDEM_UNKNOWN || (rec.status == IDEM_IN_PROGRESS && rec.has_lease)))
 		ereport(ERROR,
 				errcode_stale_fence(),
@@ -145,7 +154,7 @@ record_outcome(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 	store_begin(fcinfo->flinfo->fn_oid, false);
 	fence = required_fence(fcinfo, id, fence_arg, fn, &held);
 	if (kind == RELEASE_KEY)
-		done = store_release(id, fence, GetCurrentTimestamp());
+		done = store_release(id, fence, result, GetCurrentTimestamp());
 	else
 		done = store_set_outcome(id, fence, status_of[kind], result,
 								 GetCurrentTimestamp());
@@ -161,9 +170,10 @@ record_outcome(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
  * idem_finish(key text, result jsonb, scope text, fence bigint)
  *	  RETURNS void
  *	  Record success: status succeeded, result replayed to duplicates.
- *	  Errors: IK002 no claim held, IK003 missing or stale fence of a leased
- *	  claim, 22004 NULL key, result or scope, 25006 read-only transaction
- *	  or standby.
+ *	  A late write with the current fence is accepted (see above).
+ *	  Errors: IK002 no claim held, IK003 missing, stale or never issued
+ *	  fence of a leased claim, 22004 NULL key, result or scope, 25006
+ *	  read-only transaction or standby.
  */
 PG_FUNCTION_INFO_V1(idem_finish);
 Datum
@@ -181,9 +191,10 @@ idem_finish(PG_FUNCTION_ARGS)
  * idem_fail(key text, error jsonb, retryable boolean, scope text,
  *			 fence bigint) RETURNS void
  *	  Record failure.  retryable: release the key for a retry (the record
- *	  stays as a claim whose lease has ended: the next claim takes it over
- *	  with fence + 1 and the recovery point).  Not retryable: status
- *	  failed, error replayed to duplicates.  Errors as for idem_finish.
+ *	  stays as a claim whose lease has ended, error kept in result: the
+ *	  next claim takes it over with fence + 1, the recovery point and the
+ *	  error).  Not retryable: status failed, error replayed to duplicates.
+ *	  Errors as for idem_finish.
  */
 PG_FUNCTION_INFO_V1(idem_fail);
 Datum

@@ -131,13 +131,15 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 	 * A released key keeps its record, as a claim whose lease ended at $4:
 	 * the next claim takes it over with fence + 1, so the fence of the
 	 * released claim can never write again (fences only grow while a
-	 * record lives).
+	 * record lives).  The reason of the failure ($5) stays in result for
+	 * lookups, idem_pending and the retry that takes the key over, until
+	 * the next outcome replaces it.
 	 */
 	[PLAN_RELEASE] = {
-		"UPDATE ONLY %1$s SET status = " STATUS("in_progress") ", result = NULL,"
+		"UPDATE ONLY %1$s SET status = " STATUS("in_progress") ", result = $5,"
 		" locked_until = $4, updated_at = $4" WHERE_ID
 		" AND fence" EQ "$3" OPEN_STATUS,
-		4, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID}
+		5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, JSONBOID}
 	},
 	[PLAN_CHECKPOINT] = {
 		"UPDATE ONLY %1$s SET recovery_point = $4, updated_at = $5" WHERE_ID
@@ -669,15 +671,19 @@ retention_end(TimestampTz expires_at, TimestampTz created_at, TimestampTz now)
 			   now + kept_for : IDEM_LAST_TIMESTAMP);
 }
 
-/* Release a key for a retry: the next claim takes it over */
+/*
+ * Release a key for a retry: the next claim takes it over.  reason (the
+ * error of the failed attempt) is kept in result.
+ */
 bool
-store_release(const IdemKey *id, int64 fence, TimestampTz now)
+store_release(const IdemKey *id, int64 fence, Jsonb *reason, TimestampTz now)
 {
-	Datum		values[4];
+	Datum		values[5];
 
 	id_values(id, values);
 	values[2] = Int64GetDatum(fence);
 	values[3] = TimestampTzGetDatum(now);
+	values[4] = JsonbPGetDatum(reason);
 	return store_exec(PLAN_RELEASE, values, NULL, SPI_OK_UPDATE) == 1;
 }
 

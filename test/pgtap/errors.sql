@@ -360,8 +360,8 @@ SELECT throws_ok($$SELECT idem_fail('err-released', '{}')$$,
     'a second retryable idem_fail raises IK002');
 SELECT results_eq(
     $$SELECT status, result, fence FROM idem_lookup('err-released')$$,
-    $$VALUES ('in_progress'::idem_status, NULL::jsonb, 1::bigint)$$,
-    'err-released is still the released claim after the refused calls');
+    $$VALUES ('in_progress'::idem_status, '{"e": "retry"}'::jsonb, 1::bigint)$$,
+    'err-released is still the released claim, with its reason, after the refused calls');
 
 -- the scope is part of what is held
 SELECT is((SELECT outcome FROM idem_claim('err-scoped', scope => 'a')), 'claimed',

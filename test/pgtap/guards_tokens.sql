@@ -176,7 +176,7 @@ RESET ROLE;
 -------------------------------------------------------------------------------
 -- idem_transition_guard: IK005
 -------------------------------------------------------------------------------
-CREATE TRIGGER tap_orders_guard BEFORE INSERT OR UPDATE ON tap_orders FOR EACH ROW
+CREATE TRIGGER tap_orders_guard AFTER INSERT OR UPDATE ON tap_orders FOR EACH ROW
     EXECUTE FUNCTION idem_transition_guard('status', '>pending', 'pending>paid',
                                            'paid>shipped', 'pending>cancelled');
 SELECT lives_ok($$UPDATE tap_orders SET status = 'shipped' WHERE id = 1$$,

@@ -113,15 +113,15 @@ SELECT lives_ok($$SELECT idem_fail('out-3', '{"error": "upstream timeout"}')$$,
     'out-3: idem_fail is retryable by default');
 SELECT results_eq(
     $$SELECT status, result, fence, locked_until IS NOT NULL FROM idem_lookup('out-3')$$,
-    $$VALUES ('in_progress'::idem_status, NULL::jsonb, 1::bigint, true)$$,
-    'out-3: a retryable failure leaves the record as a claim whose lease has ended');
+    $$VALUES ('in_progress'::idem_status, '{"error": "upstream timeout"}'::jsonb, 1::bigint, true)$$,
+    'out-3: a retryable failure leaves the record as a claim whose lease has ended, the error as its reason');
 SELECT is((SELECT count(*) FROM idempotent_record WHERE key = 'out-3'), 1::bigint,
     'out-3: the row stays, so its fence keeps growing');
 SELECT results_eq(
     $$SELECT outcome, status, result, fence, recovery_point, retry_after
         FROM idem_claim('out-3', fingerprint => idem_fingerprint('{"n": 3}'))$$,
-    $$VALUES ('claimed'::text, 'in_progress'::idem_status, NULL::jsonb, 2::bigint, NULL::text, NULL::interval)$$,
-    'out-3: the retry takes the key over, fence 2');
+    $$VALUES ('claimed'::text, 'in_progress'::idem_status, '{"error": "upstream timeout"}'::jsonb, 2::bigint, NULL::text, NULL::interval)$$,
+    'out-3: the retry takes the key over, fence 2, told why the last attempt failed');
 SELECT lives_ok($$SELECT idem_finish('out-3', '{"ok": true}')$$,
     'out-3: the retry can be finished');
 SELECT results_eq(

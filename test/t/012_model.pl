@@ -161,7 +161,7 @@ sub claim_answer
 sub m_claim
 {
 	my ($s, $op) = @_;
-	my ($id, $fp, $wait, $lease) = @$op{qw(id fp wait lease)};
+	my ($id, $fp, $wait, $lease) = @$op{qw(id fp wait leased)};
 	my $w = writer_of($s, $id);
 	if (defined $w)
 	{
@@ -171,8 +171,8 @@ sub m_claim
 	}
 	my $r = visible($s, $id);
 	my $new = sub {
-		my ($fence, $fpv, $rp) = @_;
-		my $n = { status => 'in_progress', fp => $fpv, result => undef, rp => $rp, fence => $fence,
+		my ($fence, $fpv, $rp, $result) = @_;
+		my $n = { status => 'in_progress', fp => $fpv, result => $result, rp => $rp, fence => $fence,
 			leased => $lease ? 1 : 0, live => $lease ? 1 : 0, expired => 0 };
 		write_row($s, $id, $n);
 		$sess[$s]{held}{$id} = { fence => $fence, finished => 0 } unless $lease;
@@ -191,8 +191,9 @@ sub m_claim
 	return ('00000', claim_answer('replay', $r, 0)) if $r->{status} eq 'succeeded' || $r->{status} eq 'failed';
 	return ('00000', claim_answer('in_progress', $r, 0)) if $r->{status} eq 'unknown';
 	return ('00000', claim_answer('in_progress', $r, 1)) if $r->{leased} && $r->{live};
-	# takeover: the fingerprint stays (or is set), the recovery point stays
-	return $new->($r->{fence} + 1, $r->{fp} // $fp, $r->{rp});
+	# takeover: the fingerprint stays (or is set), the recovery point and
+	# the last retryable error stay
+	return $new->($r->{fence} + 1, $r->{fp} // $fp, $r->{rp}, $r->{result});
 }
 
 # The fence a write must carry (README "Writes after a claim"), or an error
@@ -209,7 +210,7 @@ sub required_fence
 	return (undef, $fence, undef) if defined $fence;
 	my $r = visible($s, $id);
 	return ('IK003')
-	  if $r && !expired($r) && ($r->{status} eq 'unknown' || ($r->{status} eq 'in_progress' && $r->{leased}));
+	  if $r && ($r->{status} eq 'unknown' || ($r->{status} eq 'in_progress' && $r->{leased}));
 	return ('IK002');
 }
 
@@ -217,7 +218,7 @@ sub refusal
 {
 	my ($s, $id, $fence) = @_;
 	my $r = visible($s, $id);
-	return 'IK002' if !$r || expired($r);
+	return 'IK002' if !$r;
 	return 'IK003' if $r->{fence} != $fence;
 	return 'IK002';
 }
@@ -238,7 +239,7 @@ sub m_write
 	if ($kind eq 'finish')          { @$n{qw(status result leased live)} = ('succeeded', $op->{value}, 0, 0) }
 	elsif ($kind eq 'mark_unknown') { @$n{qw(status result leased live)} = ('unknown', $op->{value}, 0, 0) }
 	elsif ($kind eq 'fail' && !$op->{retryable}) { @$n{qw(status result leased live)} = ('failed', $op->{value}, 0, 0) }
-	elsif ($kind eq 'fail')         { @$n{qw(status result leased live)} = ('in_progress', undef, 1, 0) }
+	elsif ($kind eq 'fail')         { @$n{qw(status result leased live)} = ('in_progress', $op->{value}, 1, 0) }
 	elsif ($kind eq 'checkpoint')   { $n->{rp} = $op->{value} }
 	elsif ($kind eq 'extend_lease') { $n->{live} = 1 }
 	write_row($s, $id, $n);
@@ -339,11 +340,13 @@ sub model_step
 		return ('00000', '');
 	}
 
-	# function calls: in autocommit a transaction of their own
+	# function calls: in autocommit a transaction of their own; a leased
+	# claim must be one (25001 in a transaction block)
 	my $autocommit = !$x->{in_tx};
 	$x->{in_tx} = 1 if $autocommit;
 	my ($state, $out) =
-	    $k eq 'claim'  ? m_claim($s, $op)
+	    $k eq 'claim' && $op->{leased} && !$autocommit ? ('25001', '')
+	  : $k eq 'claim'  ? m_claim($s, $op)
 	  : $k eq 'lookup' ? m_lookup($s, $op)
 	  :                  m_write($s, $op);
 	if ($autocommit)
@@ -387,6 +390,9 @@ sub resolve
 	my $w = writer_of($s, $op->{id});
 	if ($k eq 'claim')
 	{
+		# a leased claim in a transaction block is refused (25001) and
+		# aborts the block: keep one in ten, make the others in-transaction
+		$op->{leased} = $op->{lease} && !($x->{in_tx} && $op->{pick} % 10) ? 1 : 0;
 		# next to another session's uncommitted write, only wait => false
 		$op->{forced_nowait} = defined $w ? 1 : 0;
 		$stats{'claims next to an uncommitted write'}++ if defined $w && $counting;
@@ -432,7 +438,7 @@ sub op_sql
 		my $args = "'$key', scope => '$scope'";
 		$args .= ", fingerprint => '\\x0$op->{fp}'" if defined $op->{fp};
 		$args .= ', wait => false' unless $op->{wait} && !$op->{forced_nowait};
-		$args .= ", lease => '1 hour'" if $op->{lease};
+		$args .= ", lease => '1 hour'" if $op->{leased};
 		return "SELECT outcome, status, result, fence, recovery_point, retry_after IS NOT NULL FROM idem_claim($args)";
 	}
 	return "SELECT status, fingerprint, result, recovery_point, fence, locked_until IS NOT NULL FROM idem_lookup('$key', '$scope')"

@@ -176,7 +176,7 @@ like(sql("SELECT outcome || ' ' || fence FROM idem_claim('k10r', lease => '1 hou
 like($err, qr/ERROR:  IK003/,
 	'case_10_stale_owner_cannot_overwrite_or_delete: after a release and a new claim, the first owner\'s fence is still refused');
 is(sql("SELECT status || ' ' || coalesce(result::text, '-') FROM idempotent_record WHERE key = 'k10r'"),
-	'in_progress -', "case_10: C's claim is untouched");
+	'in_progress {"e": "provider down"}', "case_10: C's claim is untouched (it keeps B's retryable error as its reason)");
 
 $node->stop;
 done_testing();
