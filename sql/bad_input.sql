@@ -83,7 +83,12 @@ SELECT outcome FROM idem_claim('k', ttl => '1 year -365 days -6 hours');
 -- server time + ttl past the timestamp range: 22008
 SELECT outcome FROM idem_claim('k', ttl => '300000 years');
 :sqlstate
+-- (the message's unit text differs between PostgreSQL majors: the code,
+-- and the range from pg_settings)
+\set VERBOSITY sqlstate
 SET idempotency.default_ttl = 0;
+\set VERBOSITY default
+SELECT min_val, max_val, unit FROM pg_settings WHERE name = 'idempotency.default_ttl';
 
 -- nothing above changed the table
 SELECT key, status, result, fence FROM idempotent_record ORDER BY key;

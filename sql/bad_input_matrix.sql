@@ -203,8 +203,11 @@ SELECT pg_temp.try($$SELECT idem_purge(0)$$) AS batch_0,
        pg_temp.try($$SELECT idem_purge(-1)$$) AS batch_negative,
        pg_temp.try($$SELECT idem_purge(2147483647)$$) AS batch_max;
 -- settings refuse out-of-range values
+-- (default_ttl's message names its unit differently between majors)
+\set VERBOSITY sqlstate
 SET idempotency.default_ttl = 0;
 SET idempotency.default_ttl = -1;
+\set VERBOSITY default
 SET idempotency.max_key_length = 0;
 SET idempotency.max_key_length = 1025;
 :unchanged;
