@@ -146,18 +146,18 @@ INSERT INTO tgm_split VALUES (11, 'shipped');
 :sqlstate
 -- a trigger that inserts into the same table while a row moves (between
 -- the move's DELETE and INSERT): its new row is a new row, the move a move
-CREATE FUNCTION pg_temp.tgm_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION tgm_audit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO tgm_split VALUES (OLD.id + 100, TG_ARGV[0]);
     RETURN NULL;
 END $$;
 CREATE TRIGGER tgm_guard_0_audit AFTER DELETE ON tgm_split_open FOR EACH ROW
-    EXECUTE FUNCTION pg_temp.tgm_audit('shipped');
+    EXECUTE FUNCTION tgm_audit('shipped');
 UPDATE tgm_split SET status = 'shipped' WHERE id = 2;
 :sqlstate
 DROP TRIGGER tgm_guard_0_audit ON tgm_split_open;
 CREATE TRIGGER tgm_guard_0_audit AFTER DELETE ON tgm_split_open FOR EACH ROW
-    EXECUTE FUNCTION pg_temp.tgm_audit('pending');
+    EXECUTE FUNCTION tgm_audit('pending');
 UPDATE tgm_split SET status = 'shipped' WHERE id = 2;
 UPDATE tgm_split SET status = 'shipped' WHERE id = 1;
 :sqlstate
@@ -198,3 +198,4 @@ INSERT INTO tgm_orders VALUES (3, 'paid');
 SELECT id, status FROM tgm_orders ORDER BY id;
 
 DROP TABLE tgm_orders, tgm_split, tgm_parcels;
+DROP FUNCTION tgm_audit();
