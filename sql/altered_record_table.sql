@@ -82,6 +82,19 @@ SELECT * FROM altered_both_paths();
 DROP FUNCTION altered_both_paths();
 DROP FUNCTION altered_scenario();
 
+-- a status the extension does not know (a value added to idem_status):
+-- the same 22000 on both paths, never an internal error
+ALTER TYPE idem_status ADD VALUE 'weird';
+INSERT INTO idempotent_record (scope, key, status, fence, created_at, updated_at, expires_at)
+VALUES ('', 'w', 'weird', 1, now(), now(), now() + interval '1 day');
+SET idempotency.direct_access = on;
+SELECT outcome FROM idem_claim('w');
+SELECT idem_finish('w', '{}', fence => 1);
+SET idempotency.direct_access = off;
+SELECT outcome FROM idem_claim('w');
+SELECT idem_finish('w', '{}', fence => 1);
+RESET idempotency.direct_access;
+
 -- the next tests get the table as installed
 DROP EXTENSION idempotency;
 CREATE EXTENSION idempotency;

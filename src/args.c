@@ -132,6 +132,6 @@ interval_end(FunctionCallInfo fcinfo, int argno, const char *argname,
 						  DatumGetCString(DirectFunctionCall1(interval_out,
 															  IntervalPGetDatum(span))),
 						  argname),
-				errhint("Pass a duration of less than 290000 years."));
+				errhint("Pass a duration that ends before the year 294277, the end of the timestamp range."));
 	return now + int128_to_int64(usecs);
 }

@@ -134,6 +134,7 @@ extern TimestampTz retention_end(TimestampTz expires_at, TimestampTz created_at,
 								 TimestampTz now);
 
 extern bool store_write_would_wait(void);
+extern IdemStatus idem_status_from_name(const char *name);
 extern bool store_write_blocked_by_key(const IdemKey *id, bytea **fingerprint);
 extern bool store_probe_uncommitted(const IdemKey *id, bytea **fingerprint);
 extern HeapTuple store_lookup(const IdemKey *id, TimestampTz now);

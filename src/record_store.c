@@ -486,8 +486,13 @@ column_copy(int attno, bool *isnull)
 	return d;
 }
 
-static IdemStatus
-status_from_name(const char *name)
+/*
+ * The IdemStatus of a status label read from the table; 22000 for a label
+ * the extension does not know (a value added to idem_status), on either
+ * path.
+ */
+IdemStatus
+idem_status_from_name(const char *name)
 {
 	for (int i = 0; i < (int) lengthof(idem_status_names); i++)
 		if (strcmp(name, idem_status_names[i]) == 0)
@@ -496,7 +501,7 @@ status_from_name(const char *name)
 			errcode(ERRCODE_DATA_EXCEPTION),
 			errmsg("idempotent_record has a record with unknown status \"%s\"", name),
 			errdetail("The extension knows the statuses in_progress, succeeded, failed and unknown."),
-			errhint("Restore the table's status column to type idem_status."));
+			errhint("Store only the statuses the extension knows in idempotent_record."));
 	return IDEM_UNKNOWN;		/* keep compiler quiet */
 }
 
@@ -527,7 +532,7 @@ store_read(const IdemKey *id, IdemRecord *rec)
 		return false;
 
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	rec->status = status_from_name(TextDatumGetCString(d));
+	rec->status = idem_status_from_name(TextDatumGetCString(d));
 	d = column_copy(2, &isnull);
 	rec->fingerprint = isnull ? NULL : DatumGetByteaPP(d);
 	d = column_copy(3, &isnull);
