@@ -1,24 +1,54 @@
-# Randomized model test (DESIGN §3, README "Writes after a claim"): three
-# sessions issue random sequences of claim (in-transaction or leased, wait
-# or not, with or without a fingerprint), finish, fail (retryable or
-# final), mark_unknown, checkpoint, extend_lease, lookup, BEGIN, COMMIT,
-# ROLLBACK, SAVEPOINT, ROLLBACK TO, RELEASE, with fences that are right,
-# missing, stale or from the future; a fourth connection ends leases and
-# retention periods (by moving locked_until or expires_at into the past)
-# between them.  A reference model written here in Perl predicts every
-# answer (outcome, status, result, fence, recovery point, retry hint, or
-# the SQLSTATE) and, after every step, the committed table.
+# Differential model test: the direct heap/index path against planned SQL
+# (idempotency.direct_access on and off), and both against a reference
+# model of the write rules (README "Writes after a claim").
 #
-# Deterministic given the seed: one random generator chooses the steps and
-# the session that runs each; a step never waits for another session (the
-# model knows which rows each open transaction has written, and only a
-# claim with wait => false or a read goes near them).  On a divergence the
-# test replays shorter and shorter subsequences on a fresh table and prints
-# the seed and the shortest sequence that still diverges.  Two sessions
-# use the direct heap/index path and the third the planned SQL
-# (idempotency.direct_access), so both meet on the same keys.
+# One cluster, one database per path setting (IDEM_MODEL_PATHS, by default
+# "on,off": every session of the first database takes the direct path where
+# it may, every session of the second planned SQL).  Each database has
+# three sessions and a control connection.  One random generator draws the
+# steps and the session that runs each, and every step runs in every
+# database at once:
+#   - calls: claim (in-transaction or leased, wait or not, with or without a
+#     fingerprint), finish, fail (retryable or final), mark_unknown,
+#     checkpoint, extend_lease (fences right, missing, stale or from the
+#     future), lookup, once, purge, and a claim that records its outcome in
+#     the same statement;
+#   - each call in a statement shape: plain SELECT; caught by a PL/pgSQL
+#     exception block; from a BEFORE, an AFTER or a deferred (to COMMIT)
+#     trigger of a business table; INSERT ... SELECT; in the RETURNING list
+#     of an UPDATE or a DELETE of the record it is about; after a writable
+#     CTE that updated that record; before an UPDATE of that record, or in
+#     the WHERE clause of an UPDATE or a DELETE of it;
+#   - BEGIN (READ COMMITTED, REPEATABLE READ, or SERIALIZABLE in one
+#     session), COMMIT, PREPARE TRANSACTION with COMMIT PREPARED, ROLLBACK,
+#     SAVEPOINT, ROLLBACK TO, RELEASE;
+#   - the control connection ends leases and retention periods.
+# In the runs with IDEM_MODEL_NESTED_CHECK=1 (odd seeds by default) a CHECK
+# constraint on the record table calls idem_lookup, so that every write
+# makes a nested call, one in two from an exception block.  A step never
+# waits for another session: the model knows which rows each open
+# transaction has written, and only a claim with wait => false, a read or
+# purge (SKIP LOCKED) goes near them.
 #
-#   IDEM_MODEL_SEED=n   repeat a run     IDEM_MODEL_OPS=n   its length
+# After every step, each database's answer (rows, SQLSTATE, and the ERROR,
+# DETAIL and HINT lines) must equal the first database's, and the model's;
+# after every step that may commit, each database's tables (records and
+# business rows) must equal the first's, and the records the model's.  Times
+# differ from one database to the other by the scheduling of the steps, so
+# they are shown relative to the server clock at the moment of reading
+# ("~seconds") and compared within a tolerance far below the lengths
+# involved (a lease is an hour, a ttl a day, an ended lease or retention
+# period is moved back a minute or a day), while which times are equal is
+# compared exactly.  On a divergence the test replays shorter and shorter
+# subsequences on fresh tables and prints the seed and the shortest sequence
+# that still diverges the same way (paths, or server and model).  At the
+# end, pg_stat_statements must show that the databases took their paths:
+# no record read or outcome as planned SQL with the setting on, some off.
+#
+#   IDEM_MODEL_SEED=n  repeat a run   IDEM_MODEL_OPS=n  its length
+#   IDEM_MODEL_PATHS=on,off  one database per item; an item is on, off, or
+#                      one setting per session joined by "+" (on+on+off)
+#   IDEM_MODEL_NESTED_CHECK=0|1  without or with the CHECK constraint
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -28,51 +58,137 @@ use IPC::Run;
 use Time::HiRes qw(time);
 
 my $seed = $ENV{IDEM_MODEL_SEED} // int(rand(2**31));
-my $n_ops = $ENV{IDEM_MODEL_OPS} // 20_000;
+my $n_ops = $ENV{IDEM_MODEL_OPS} // 15_000;
+my @paths = split /,/, ($ENV{IDEM_MODEL_PATHS} // 'on,off');
+my $nested_check = $ENV{IDEM_MODEL_NESTED_CHECK} // $seed % 2;
 my $n_sessions = 3;
-diag("model test: seed $seed (IDEM_MODEL_SEED), $n_ops operations (IDEM_MODEL_OPS), $n_sessions sessions");
+diag("model test: seed $seed (IDEM_MODEL_SEED), $n_ops operations (IDEM_MODEL_OPS), "
+	  . "$n_sessions sessions in each of the databases " . join(', ', @paths)
+	  . " (IDEM_MODEL_PATHS), CHECK constraint calling the extension " . ($nested_check ? 'on' : 'off')
+	  . ' (IDEM_MODEL_NESTED_CHECK)');
 
 my $node = PostgreSQL::Test::Cluster->new('model');
 $node->init;
-$node->append_conf('postgresql.conf', "log_statement = none\nlog_min_messages = warning\n");
+# pg_stat_statements counts the planned statements the store runs (see the
+# end); PREPARE TRANSACTION needs prepared transactions
+$node->append_conf('postgresql.conf', "log_statement = none\nlog_min_messages = warning\n"
+	  . "shared_preload_libraries = 'pg_stat_statements'\npg_stat_statements.track = all\n"
+	  . "max_prepared_transactions = 10\n");
 $node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION idempotency');
+
+# Times relative to the server clock; a business table whose triggers
+# (BEFORE, AFTER, deferred to COMMIT) run a call (EXECUTE); a call whose
+# error is caught; a CHECK constraint that calls the extension (added to the
+# record table in the runs with IDEM_MODEL_NESTED_CHECK=1).
+my $fixtures = <<'EOF';
+CREATE EXTENSION idempotency;
+CREATE EXTENSION pg_stat_statements;
+CREATE FUNCTION rel_t(t timestamptz) RETURNS text LANGUAGE sql
+  AS $$ SELECT '~' || round(extract(epoch FROM t - clock_timestamp()), 3) $$;
+CREATE FUNCTION rel_i(i interval) RETURNS text LANGUAGE sql
+  AS $$ SELECT '~' || round(extract(epoch FROM i), 3) $$;
+CREATE TABLE biz_call (step int, timing text, call text, answer text);
+CREATE FUNCTION biz_call_before() RETURNS trigger LANGUAGE plpgsql
+  AS $$ BEGIN EXECUTE NEW.call INTO NEW.answer; RETURN NEW; END $$;
+CREATE FUNCTION biz_call_after() RETURNS trigger LANGUAGE plpgsql
+  AS $$ DECLARE a text;
+  BEGIN
+    EXECUTE NEW.call INTO a;
+    UPDATE biz_call SET answer = a WHERE step = NEW.step;
+    RETURN NULL;
+  END $$;
+CREATE TRIGGER biz_call_before BEFORE INSERT ON biz_call
+  FOR EACH ROW WHEN (NEW.timing = 'before') EXECUTE FUNCTION biz_call_before();
+CREATE TRIGGER biz_call_after AFTER INSERT ON biz_call
+  FOR EACH ROW WHEN (NEW.timing = 'after') EXECUTE FUNCTION biz_call_after();
+CREATE CONSTRAINT TRIGGER biz_call_deferred AFTER INSERT ON biz_call
+  DEFERRABLE INITIALLY DEFERRED
+  FOR EACH ROW WHEN (NEW.timing = 'deferred') EXECUTE FUNCTION biz_call_after();
+CREATE FUNCTION try_call(call text) RETURNS text LANGUAGE plpgsql
+  AS $$ DECLARE a text;
+  BEGIN
+    EXECUTE call INTO a;
+    RETURN a;
+  EXCEPTION WHEN OTHERS THEN
+    RETURN 'caught ' || SQLSTATE;
+  END $$;
+CREATE FUNCTION nested_check(s text, k text) RETURNS boolean LANGUAGE plpgsql
+  AS $$ BEGIN
+    IF k = 'k1' THEN
+      BEGIN
+        PERFORM idem_lookup('k0', s);
+      EXCEPTION WHEN OTHERS THEN
+        NULL;
+      END;
+    ELSE
+      PERFORM idem_lookup('k1', s);
+    END IF;
+    RETURN true;
+  END $$;
+EOF
+$fixtures .= "ALTER TABLE idempotent_record ADD CONSTRAINT nested_call CHECK (nested_check(scope, key));\n"
+  if $nested_check;
+
+my @dbs = map { "model_$_" } 0 .. $#paths;
+for my $db (@dbs)
+{
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db, $fixtures);
+}
 
 ###############################################################################
-# A psql session driven step by step: each statement is followed by a marker
-# that carries its SQLSTATE.  A statement that would wait trips lock_timeout
-# (55P03), or the 60 s timer: both are divergences, never a hang.
+# A psql session driven step by step: each statement is followed by markers
+# on stdout (with its SQLSTATE) and stderr.  A statement that would wait
+# trips lock_timeout (55P03), or the 60 s timer: both are divergences, never
+# a hang.
 ###############################################################################
 package Session
 {
 	sub new
 	{
-		my ($class, $node, $direct_access) = @_;
-		my $s = bless { in => '', out => '', err => '', n => 0 }, $class;
+		my ($class, $node, $db, $direct_access) = @_;
+		my $s = bless { in => '', out => '', err => '', n => 0, db => $db }, $class;
 		$s->{timer} = IPC::Run::timer(60);
 		$s->{h} = IPC::Run::start(
-			[ 'psql', '-X', '-q', '-At', '-h', $node->host, '-p', $node->port, '-d', 'postgres' ],
+			[ 'psql', '-X', '-q', '-At', '-v', 'VERBOSITY=default', '-v', "db=$db", '-h', $node->host, '-p', $node->port, '-d', $db ],
 			'<', \$s->{in}, '>', \$s->{out}, '2>', \$s->{err}, $s->{timer});
 		$s->q("SET lock_timeout = '2s'");
-		$s->q("SET idempotency.direct_access = $direct_access");
+		$s->q("SET idempotency.direct_access = $direct_access") if defined $direct_access;
 		return $s;
 	}
 
-	# returns (sqlstate, output)
-	sub q
+	sub send
 	{
 		my ($s, $sql) = @_;
 		my $n = ++$s->{n};
 		$s->{out} = '';
 		$s->{err} = '';
-		$s->{in} .= "$sql;\n\\echo \@\@$n :SQLSTATE\n";
+		$s->{in} .= "$sql;\n\\echo \@\@$n :SQLSTATE\n\\warn \@\@$n\n";
 		$s->{timer}->start(60);
-		$s->{h}->pump until $s->{out} =~ /\@\@$n (\w+)\n/;
+		$s->{h}->pump_nb;
+	}
+
+	# (sqlstate, output, the ERROR/DETAIL/HINT/WARNING/NOTICE lines, with the
+	# database's name as "DB")
+	sub recv
+	{
+		my ($s) = @_;
+		my $n = $s->{n};
+		$s->{h}->pump until $s->{out} =~ /\@\@$n \w+\n/ && $s->{err} =~ /\@\@$n\n/;
+		$s->{out} =~ s/\@\@$n (\w+)\n\z//;
 		my $state = $1;
 		my $out = $s->{out};
-		$out =~ s/\@\@$n \w+\n\z//;
 		chomp $out;
-		return ($state, $out);
+		my @messages = grep { /^(ERROR|DETAIL|HINT|WARNING|NOTICE):/ }
+		  map { s/^psql:<stdin>:\d+: //r =~ s/\Q$s->{db}\E/DB/gr } split /\n/, $s->{err};
+		return ($state, $out, join("\n", @messages));
+	}
+
+	sub q
+	{
+		my ($s, $sql) = @_;
+		$s->send($sql);
+		return $s->recv;
 	}
 
 	sub quit
@@ -88,13 +204,14 @@ package main;
 # The reference model
 ###############################################################################
 my @ids = ([ '', 'k0' ], [ '', 'k1' ], [ 'a', 'k0' ], [ 'a', 'k1' ]);
-sub idname { my ($id) = @_; return "$ids[$id][0]/$ids[$id][1]" }
 
 my %stats;        # figures of the counted run
 my $counting = 0;
 my %committed;    # id => record
-my @sess;         # per session: in_tx, aborted, overlay, held, savepoints, fences
-my $next_value;   # results and errors are {"n": counter}
+my @sess;         # per session: in_tx, block (BEGIN), aborted, overlay, held, sp,
+                  # fences, iso, snap, deferred (calls queued for COMMIT)
+my $version;      # committed row versions, for REPEATABLE READ conflicts
+my $tick;         # order of the records' updated_at (purge order)
 
 sub deep
 {
@@ -107,19 +224,23 @@ sub deep
 sub reset_model
 {
 	%committed = ();
-	@sess = map { { in_tx => 0, aborted => 0, overlay => {}, held => {}, sp => [], fences => {} } } 1 .. $n_sessions;
-	$next_value = 0;
+	@sess = map { { overlay => {}, held => {}, sp => [], fences => {} } } 1 .. $n_sessions;
+	end_tx($_) for 0 .. $#sess;
+	$version = 0;
+	$tick = 0;
 }
 
-# the record session s sees (its own writes over the committed state)
+# the record session s sees: its own writes over the committed state (as of
+# its transaction snapshot under REPEATABLE READ and SERIALIZABLE)
 sub visible
 {
 	my ($s, $id) = @_;
-	my $o = $sess[$s]{overlay};
-	if (exists $o->{$id})
+	my $x = $sess[$s];
+	if (exists $x->{overlay}{$id})
 	{
-		return $o->{$id}{deleted} ? undef : $o->{$id};
+		return $x->{overlay}{$id}{deleted} ? undef : $x->{overlay}{$id};
 	}
+	return $x->{snap}{$id} if $x->{snap};
 	return $committed{$id};
 }
 
@@ -133,6 +254,18 @@ sub writer_of
 		return $t if $sess[$t]{in_tx} && exists $sess[$t]{overlay}{$id};
 	}
 	return undef;
+}
+
+# Under a transaction snapshot: has another transaction committed a change
+# to the row of id (or inserted or deleted it) since?  A write to it then
+# raises 40001.
+sub snap_changed
+{
+	my ($s, $id) = @_;
+	my $x = $sess[$s];
+	return 0 if !$x->{snap} || exists $x->{overlay}{$id};
+	my ($c, $p) = ($committed{$id}, $x->{snap}{$id});
+	return ($c ? $c->{ver} : -1) != ($p ? $p->{ver} : -1);
 }
 
 sub expired
@@ -149,19 +282,23 @@ sub write_row
 
 sub fp_text { my ($fp) = @_; return defined $fp ? "\\x0$fp" : '' }
 
+# outcome|status|result|fence|recovery_point|retry hint|its length
 sub claim_answer
 {
 	my ($outcome, $r, $retry) = @_;
 	return join '|', $outcome, $r ? ($r->{status}, $r->{result} // '', $r->{fence}, $r->{rp} // '') : ('', '', '', ''),
-	  $retry ? 't' : 'f';
+	  $retry ? ('t', '*') : ('f', '');
 }
 
-# Each model step returns (sqlstate, output) and changes the model.  An
-# error inside a transaction block aborts it (see fail_in_tx).
+# Each model call returns (sqlstate, output) and changes the model; what a
+# statement that fails changed is undone by its caller (fail_in_tx, end_tx,
+# or the caught shape).
 sub m_claim
 {
 	my ($s, $op) = @_;
-	my ($id, $fp, $wait, $lease) = @$op{qw(id fp wait leased)};
+	my ($id, $fp, $lease) = @$op{qw(id fp leased)};
+	# a leased claim must commit on its own
+	return ('25001', '') if $lease && ($sess[$s]{block} || $sess[$s]{subxact});
 	my $w = writer_of($s, $id);
 	if (defined $w)
 	{
@@ -172,21 +309,22 @@ sub m_claim
 	my $r = visible($s, $id);
 	my $new = sub {
 		my ($fence, $fpv, $rp, $result) = @_;
+		return ('40001', '') if snap_changed($s, $id);
 		my $n = { status => 'in_progress', fp => $fpv, result => $result, rp => $rp, fence => $fence,
-			leased => $lease ? 1 : 0, live => $lease ? 1 : 0, expired => 0 };
+			leased => $lease ? 1 : 0, live => $lease ? 1 : 0, expired => 0, utick => ++$tick };
 		write_row($s, $id, $n);
 		$sess[$s]{held}{$id} = { fence => $fence, finished => 0 } unless $lease;
 		$sess[$s]{fences}{$id} = $fence;
 		return ('00000', claim_answer('claimed', $n, 0));
 	};
-	return $new->(1, $fp, undef) unless $r;
+	return $new->(1, $fp, undef, undef) unless $r;
 	my $h = $sess[$s]{held}{$id};
 	if ($h && !$h->{finished})
 	{
 		return ('IK001', '') if defined $fp && defined $r->{fp} && $r->{fp} ne $fp;
 		return ('00000', claim_answer('in_progress', $r, 0));
 	}
-	return $new->($r->{fence} + 1, $fp, undef) if expired($r);
+	return $new->($r->{fence} + 1, $fp, undef, undef) if expired($r);
 	return ('IK001', '') if defined $fp && defined $r->{fp} && $r->{fp} ne $fp;
 	return ('00000', claim_answer('replay', $r, 0)) if $r->{status} eq 'succeeded' || $r->{status} eq 'failed';
 	return ('00000', claim_answer('in_progress', $r, 0)) if $r->{status} eq 'unknown';
@@ -235,6 +373,7 @@ sub m_write
 	  && ($r->{status} eq 'in_progress' || ($r->{status} eq 'unknown' && $kind =~ /^(finish|fail|mark_unknown)$/));
 	$open = 0 if $open && $kind eq 'extend_lease' && !$r->{leased};
 	return (refusal($s, $id, $fence), '') unless $open;
+	return ('40001', '') if snap_changed($s, $id);
 	my $n = deep($r);
 	if ($kind eq 'finish')          { @$n{qw(status result leased live)} = ('succeeded', $op->{value}, 0, 0) }
 	elsif ($kind eq 'mark_unknown') { @$n{qw(status result leased live)} = ('unknown', $op->{value}, 0, 0) }
@@ -242,9 +381,13 @@ sub m_write
 	elsif ($kind eq 'fail')         { @$n{qw(status result leased live)} = ('in_progress', $op->{value}, 1, 0) }
 	elsif ($kind eq 'checkpoint')   { $n->{rp} = $op->{value} }
 	elsif ($kind eq 'extend_lease') { $n->{live} = 1 }
+	# an outcome keeps the record for at least its ttl from now, also after
+	# it expired (a late write)
+	$n->{expired} = 0 if $n->{status} ne 'in_progress';
+	$n->{utick} = ++$tick;
 	write_row($s, $id, $n);
 	$held->{finished} = 1 if $held && $kind =~ /^(finish|fail|mark_unknown)$/;
-	return ('00000', $kind eq 'extend_lease' ? 't' : '');
+	return ('00000', $kind eq 'extend_lease' ? '~3600' : '');
 }
 
 sub m_lookup
@@ -253,7 +396,146 @@ sub m_lookup
 	my $r = visible($s, $op->{id});
 	return ('00000', '') if !$r || expired($r);
 	return ('00000', join '|', $r->{status}, fp_text($r->{fp}), $r->{result} // '', $r->{rp} // '',
-		$r->{fence}, $r->{leased} ? 't' : 'f');
+		$r->{fence}, $r->{leased} ? 't' : 'f', '*', '*', '*', $r->{leased} ? '*' : '', '*');
+}
+
+sub m_once
+{
+	my ($s, $op) = @_;
+	my $id = $op->{id};
+	my $r = visible($s, $id);
+	return ('00000', 'f') if $r && !expired($r);
+	return ('40001', '') if snap_changed($s, $id);
+	write_row($s, $id, { status => 'succeeded', fp => undef, result => undef, rp => undef,
+		fence => $r ? $r->{fence} + 1 : 1, leased => 0, live => 0, expired => 0, utick => ++$tick });
+	return ('00000', 't');
+}
+
+# The expired records purge visits, oldest expires_at first (the control
+# connection sets expires_at a day before updated_at: see expire_record)
+sub m_purge
+{
+	my ($s, $op) = @_;
+	my @c = sort { visible($s, $a)->{exp_key} <=> visible($s, $b)->{exp_key} }
+	  grep { my $r = visible($s, $_); $r && expired($r) } 0 .. $#ids;
+	my $n = 0;
+	for my $id (@c)
+	{
+		last if $n >= $op->{batch};
+		return ('40001', '') if snap_changed($s, $id);
+		next if defined writer_of($s, $id);    # SKIP LOCKED
+		write_row($s, $id, { deleted => 1, fp => visible($s, $id)->{fp} });
+		$n++;
+	}
+	return ('00000', $n);
+}
+
+# a claim that records its outcome in the same statement when it got the key
+sub m_claim_finish
+{
+	my ($s, $op) = @_;
+	my ($state, $out) = m_claim($s, $op);
+	return ($state, '') if $state ne '00000';
+	my ($outcome, $fence) = (split /\|/, $out, -1)[ 0, 3 ];
+	($state) = m_write($s, { %$op, kind => 'finish', fence_value => $fence }) if $outcome eq 'claimed';
+	return ($state, '') if $state ne '00000';
+	return ('00000', "$outcome|$fence|");
+}
+
+sub base_call
+{
+	my ($s, $op) = @_;
+	my $k = $op->{kind};
+	return $k eq 'claim' ? m_claim($s, $op)
+	  : $k eq 'claim_finish' ? m_claim_finish($s, $op)
+	  : $k eq 'lookup'       ? m_lookup($s, $op)
+	  : $k eq 'once'         ? m_once($s, $op)
+	  : $k eq 'purge'        ? m_purge($s, $op)
+	  :                        m_write($s, $op);
+}
+
+# One statement that makes the call in its shape (op_sql)
+sub model_call
+{
+	my ($s, $op, $autocommit) = @_;
+	my $w = $op->{wrap};
+	my $x = $sess[$s];
+	if ($w eq 'deferred' && !$autocommit)
+	{
+		push @{ $x->{deferred} }, deep($op);
+		return ('00000', '');
+	}
+	if ($w eq 'del')
+	{
+		# the call finds the record gone
+		my $r = visible($s, $op->{id});
+		return ('00000', '') unless $r;
+		return ('40001', '') if snap_changed($s, $op->{id});
+		write_row($s, $op->{id}, { deleted => 1, fp => $r->{fp} });
+		return base_call($s, $op);
+	}
+	if ($w eq 'upd' || $w eq 'cte')
+	{
+		# the call sees the record as the UPDATE left it
+		my $r = visible($s, $op->{id});
+		return ('00000', '') unless $r;
+		return ('40001', '') if snap_changed($s, $op->{id});
+		write_row($s, $op->{id}, { %{ deep($r) }, rp => "u$op->{n}" });
+		return base_call($s, $op);
+	}
+	if ($w eq 'then_upd' || $w eq 'where')
+	{
+		# The call runs first (then_upd, and a purge, which does not take
+		# the record's key: a one-time filter, also when there is no record;
+		# where: a filter on the record found), then the UPDATE or DELETE,
+		# with the statement's snapshot, finds the version from before the
+		# call: 27000 if the call changed it.
+		my $r = visible($s, $op->{id});
+		return ('00000', '') if !$r && $w eq 'where' && $op->{kind} ne 'purge';
+		my $before = $x->{overlay}{ $op->{id} };
+		my ($state, $out) = base_call($s, $op);
+		return ($state, $out) if $state ne '00000';
+		return ('00000', '') unless $r;
+		my $after = $x->{overlay}{ $op->{id} };
+		return ('27000', '') if defined $after && (!defined $before || $after != $before);
+		return ('40001', '') if snap_changed($s, $op->{id});
+		if ($w eq 'where' && $op->{pick} % 2)
+		{
+			write_row($s, $op->{id}, { deleted => 1, fp => $r->{fp} });
+			return ('00000', $r->{rp} // '');
+		}
+		write_row($s, $op->{id}, { %{ deep($r) }, rp => "u$op->{n}" });
+		return ('00000', $w eq 'where' ? "u$op->{n}" : $out);
+	}
+	if ($w eq 'caught')
+	{
+		my ($overlay, $held) = (deep($x->{overlay}), deep($x->{held}));
+		local $x->{subxact} = 1;
+		my ($state, $out) = base_call($s, $op);
+		return ('00000', $out) if $state eq '00000';
+		@$x{qw(overlay held)} = ($overlay, $held);
+		return ('00000', "caught $state");
+	}
+	my ($state, $out) = base_call($s, $op);
+	# RETURNING is computed before the AFTER (or deferred) trigger runs the call
+	$out = '' if $w eq 'after' || $w eq 'deferred';
+	return ($state, $out);
+}
+
+# COMMIT: the calls deferred to it (constraint triggers), the commit guard;
+# then the transaction's writes are committed, or none
+sub commit_state
+{
+	my ($s) = @_;
+	my $x = $sess[$s];
+	for my $op (@{ $x->{deferred} })
+	{
+		my ($state) = base_call($s, $op);
+		return $state if $state ne '00000';
+	}
+	return 'IK004' if grep { !$_->{finished} } values %{ $x->{held} };
+	commit_overlay($s);
+	return '00000';
 }
 
 sub commit_overlay
@@ -262,7 +544,7 @@ sub commit_overlay
 	while (my ($id, $r) = each %{ $sess[$s]{overlay} })
 	{
 		if ($r->{deleted}) { delete $committed{$id} }
-		else               { $committed{$id} = deep($r) }
+		else               { $committed{$id} = { %{ deep($r) }, ver => ++$version } }
 	}
 	end_tx($s);
 }
@@ -270,7 +552,7 @@ sub commit_overlay
 sub end_tx
 {
 	my ($s) = @_;
-	@{ $sess[$s] }{qw(in_tx aborted overlay held sp)} = (0, 0, {}, {}, []);
+	@{ $sess[$s] }{qw(in_tx block aborted overlay held sp iso snap deferred)} = (0, 0, 0, {}, {}, [], 'rc', undef, []);
 }
 
 # An error in a transaction block: the innermost savepoint's work is undone
@@ -282,13 +564,11 @@ sub fail_in_tx
 	if (@{ $x->{sp} })
 	{
 		my $top = $x->{sp}[-1];
-		$x->{overlay} = deep($top->{overlay});
-		$x->{held} = deep($top->{held});
+		$x->{$_} = deep($top->{$_}) for qw(overlay held deferred);
 	}
 	else
 	{
-		$x->{overlay} = {};
-		$x->{held} = {};
+		@$x{qw(overlay held deferred)} = ({}, {}, []);
 	}
 	$x->{aborted} = 1;
 }
@@ -300,18 +580,20 @@ sub model_step
 	my $s = $op->{s};
 	my $x = $s >= 0 ? $sess[$s] : undef;
 	my $k = $op->{kind};
-	if ($k eq 'begin') { $x->{in_tx} = 1; return ('00000', '') }
-	if ($k eq 'commit')
+	if ($k eq 'begin') { @$x{qw(in_tx block iso)} = (1, 1, $op->{iso}); return ('00000', '') }
+	if ($k eq 'commit' || $k eq 'prepare')
 	{
-		if ($x->{aborted}) { end_tx($s); return ('00000', '') }
-		if (grep { !$_->{finished} } values %{ $x->{held} }) { end_tx($s); return ('IK004', '') }
-		commit_overlay($s);
-		return ('00000', '');
+		# PREPARE TRANSACTION, then COMMIT PREPARED: where the PREPARE
+		# failed or rolled back, the COMMIT PREPARED finds nothing (42704)
+		my $state = $x->{aborted} ? 'rolled back' : commit_state($s);
+		end_tx($s);
+		return ('42704', '') if $k eq 'prepare' && $state ne '00000';
+		return ($state eq 'rolled back' ? '00000' : $state, '');
 	}
 	if ($k eq 'rollback') { end_tx($s); return ('00000', '') }
 	if ($k eq 'savepoint')
 	{
-		push @{ $x->{sp} }, { name => $op->{name}, overlay => deep($x->{overlay}), held => deep($x->{held}) };
+		push @{ $x->{sp} }, { name => $op->{name}, map { $_ => deep($x->{$_}) } qw(overlay held deferred) };
 		return ('00000', '');
 	}
 	if ($k eq 'rollback_to' || $k eq 'release')
@@ -320,8 +602,7 @@ sub model_step
 		if ($k eq 'rollback_to')
 		{
 			splice @{ $x->{sp} }, $i + 1;
-			$x->{overlay} = deep($x->{sp}[$i]{overlay});
-			$x->{held} = deep($x->{sp}[$i]{held});
+			$x->{$_} = deep($x->{sp}[$i]{$_}) for qw(overlay held deferred);
 			$x->{aborted} = 0;
 		}
 		else { splice @{ $x->{sp} }, $i }
@@ -330,25 +611,24 @@ sub model_step
 	if ($k eq 'expire_lease')
 	{
 		my $r = $committed{ $op->{id} };
-		$r->{live} = 0 if $r && $r->{leased};
+		$r->{live} = 0, $r->{ver} = ++$version if $r && $r->{leased};
 		return ('00000', '');
 	}
 	if ($k eq 'expire_record')
 	{
+		# a record written a day and a half ago with a ttl of a day: expired
+		# a day before its last write (updated_at), which orders purge
 		my $r = $committed{ $op->{id} };
-		$r->{expired} = 1 if $r;
+		@$r{qw(expired exp_key ver)} = (1, $r->{utick}, ++$version) if $r;
 		return ('00000', '');
 	}
 
-	# function calls: in autocommit a transaction of their own; a leased
-	# claim must be one (25001 in a transaction block)
+	# calls: in autocommit a transaction of their own; in a transaction
+	# block under REPEATABLE READ the first one takes the snapshot
 	my $autocommit = !$x->{in_tx};
 	$x->{in_tx} = 1 if $autocommit;
-	my ($state, $out) =
-	    $k eq 'claim' && $op->{leased} && !$autocommit ? ('25001', '')
-	  : $k eq 'claim'  ? m_claim($s, $op)
-	  : $k eq 'lookup' ? m_lookup($s, $op)
-	  :                  m_write($s, $op);
+	$x->{snap} //= deep(\%committed) if !$autocommit && $x->{iso} ne 'rc';
+	my ($state, $out) = model_call($s, $op, $autocommit);
 	if ($autocommit)
 	{
 		if ($state ne '00000') { end_tx($s) }
@@ -363,9 +643,11 @@ sub model_step
 ###############################################################################
 # Steps: what they are, when they are possible, their SQL
 ###############################################################################
+my %write_kind = map { $_ => 1 } qw(finish fail mark_unknown checkpoint extend_lease);
+my %call_kind = map { $_ => 1 } (keys %write_kind, qw(claim claim_finish lookup once purge));
 
 # May $op run now without waiting for another session?  Fills in what the
-# current model state decides (fence values, savepoint names).
+# current model state decides (fence values, savepoint names, batch size).
 sub resolve
 {
 	my ($op) = @_;
@@ -383,21 +665,41 @@ sub resolve
 		$op->{name} //= $x->{sp}[ $op->{pick} % @{ $x->{sp} } ]{name};
 		return scalar grep { $_->{name} eq $op->{name} } @{ $x->{sp} };
 	}
-	return $k eq 'rollback' || $k eq 'commit' if $x->{aborted};
-	return !$x->{in_tx} if $k eq 'begin';
-	return $x->{in_tx} if $k eq 'commit' || $k eq 'rollback' || $k eq 'savepoint';
-	return 1 if $k eq 'lookup';
-	my $w = writer_of($s, $op->{id});
-	if ($k eq 'claim')
+	return $k =~ /^(rollback|commit|prepare)$/ if $x->{aborted};
+	if ($k eq 'begin')
 	{
-		# a leased claim in a transaction block is refused (25001) and
-		# aborts the block: keep one in ten, make the others in-transaction
-		$op->{leased} = $op->{lease} && !($x->{in_tx} && $op->{pick} % 10) ? 1 : 0;
+		# SERIALIZABLE in one session only: with one serializable
+		# transaction at a time there is no serialization anomaly to predict
+		$op->{iso} = 'rr' if $op->{iso} eq 'sr' && $s != 0;
+		return !$x->{in_tx};
+	}
+	return $x->{in_tx} if $k eq 'rollback' || $k eq 'savepoint';
+	if ($k eq 'commit' || $k eq 'prepare')
+	{
+		# the calls deferred to COMMIT must not wait for another session
+		return 0 if grep {
+			defined writer_of($s, $_->{id})
+			  && ($_->{kind} !~ /claim/ || ($_->{wait} && !$_->{forced_nowait}))
+			  && $_->{kind} !~ /lookup|purge/
+		} @{ $x->{deferred} };
+		return $x->{in_tx};
+	}
+	die "unknown step $k" unless $call_kind{$k};
+	my $w = writer_of($s, $op->{id});
+	# an UPDATE of the record, or idem_once, would wait for the other writer
+	return 0 if defined $w && ($op->{wrap} =~ /upd|cte|del|where/ || $k eq 'once');
+	return 1 if $k eq 'purge';
+	if ($k eq 'claim' || $k eq 'claim_finish')
+	{
+		# a leased claim in a transaction block or a subtransaction is
+		# refused (25001): keep one in ten, make the others in-transaction
+		$op->{leased} = $op->{lease} && !(($x->{in_tx} || $op->{wrap} eq 'caught') && $op->{pick} % 10) ? 1 : 0;
 		# next to another session's uncommitted write, only wait => false
 		$op->{forced_nowait} = defined $w ? 1 : 0;
 		$stats{'claims next to an uncommitted write'}++ if defined $w && $counting;
 		return 1;
 	}
+	return 1 unless $write_kind{$k};
 	return 0 if defined $w;
 	# mostly a key this session claimed (drawn with the step)
 	if ($op->{own_key})
@@ -407,7 +709,8 @@ sub resolve
 		return 0 if defined writer_of($s, $op->{id});
 	}
 	# fences: the one this session's claim returned, the record's current
-	# one (a reconciler reading idem_pending), one older, one newer, none
+	# one (a reconciler reading idem_pending, or the fence column of the
+	# record's own UPDATE), one older, one newer, none
 	my $r = visible($s, $op->{id});
 	my $cur = $r ? $r->{fence} : 1;
 	my %f = (none => undef, mine => $x->{fences}{ $op->{id} }, current => $cur,
@@ -416,40 +719,106 @@ sub resolve
 	return 1;
 }
 
+# The call of $op as (FROM item or undef, column expressions); $k, $sc and
+# $f are the SQL of its key, scope and fence (undef: none)
+sub call_parts
+{
+	my ($op, $k, $sc, $f) = @_;
+	my $kind = $op->{kind};
+	my $fence = defined $f ? ", fence => $f" : '';
+	if ($kind eq 'claim' || $kind eq 'claim_finish')
+	{
+		my $args = "$k, scope => $sc";
+		$args .= ", fingerprint => '\\x0$op->{fp}'" if defined $op->{fp};
+		$args .= ', wait => false' unless $op->{wait} && !$op->{forced_nowait};
+		$args .= ", lease => '1 hour'" if $op->{leased};
+		return ("idem_claim($args) c", 'c.outcome', 'c.fence',
+			"CASE WHEN c.outcome = 'claimed' THEN idem_finish($k, '$op->{value}', scope => $sc, fence => c.fence) END")
+		  if $kind eq 'claim_finish';
+		return ("idem_claim($args) c", qw(c.outcome c.status c.result c.fence c.recovery_point),
+			'c.retry_after IS NOT NULL', 'rel_i(c.retry_after)');
+	}
+	return ("idem_lookup($k, $sc) l", qw(l.status l.fingerprint l.result l.recovery_point l.fence),
+		'l.locked_until IS NOT NULL', map({ "rel_t(l.$_)" } qw(created_at updated_at expires_at locked_until)),
+		'l.created_at = l.updated_at')
+	  if $kind eq 'lookup';
+	return (undef, "idem_once($k, $sc)") if $kind eq 'once';
+	return (undef, "idem_purge($op->{batch})") if $kind eq 'purge';
+	return (undef, "idem_finish($k, '$op->{value}', scope => $sc$fence)") if $kind eq 'finish';
+	return (undef, "idem_fail($k, '$op->{value}', retryable => " . ($op->{retryable} ? 'true' : 'false') . ", scope => $sc$fence)")
+	  if $kind eq 'fail';
+	return (undef, "idem_mark_unknown($k, '$op->{value}', scope => $sc$fence)") if $kind eq 'mark_unknown';
+	return (undef, "idem_checkpoint($k, '$op->{value}', scope => $sc$fence)") if $kind eq 'checkpoint';
+	return (undef, "rel_t(idem_extend_lease($k, '1 hour', scope => $sc$fence))") if $kind eq 'extend_lease';
+	die "unknown call $kind";
+}
+
+# as a query of its own, and as one whose one row is one text
+sub plain_query
+{
+	my ($from, @cols) = @_;
+	return 'SELECT ' . join(', ', @cols) . (defined $from ? " FROM $from" : '');
+}
+
+sub text_query
+{
+	my ($from, @cols) = @_;
+	return "SELECT format('" . join('|', ('%s') x @cols) . "', " . join(', ', @cols) . ')'
+	  . (defined $from ? " FROM $from" : '');
+}
+
 sub op_sql
 {
 	my ($op) = @_;
 	my $k = $op->{kind};
-	my ($scope, $key) = defined $op->{id} ? @{ $ids[ $op->{id} ] } : ();
-	my $fence = defined $op->{fence_value} ? ", fence => $op->{fence_value}" : '';
-	return 'BEGIN' if $k eq 'begin';
+	return $op->{iso} eq 'rr' ? 'BEGIN ISOLATION LEVEL REPEATABLE READ'
+	  : $op->{iso} eq 'sr' ? 'BEGIN ISOLATION LEVEL SERIALIZABLE'
+	  : 'BEGIN'
+	  if $k eq 'begin';
 	return 'COMMIT' if $k eq 'commit';
+	# transaction identifiers are the cluster's: each database its own
+	return "\\set gid g$op->{n}_ :db\nPREPARE TRANSACTION :'gid'; COMMIT PREPARED :'gid'" if $k eq 'prepare';
 	return 'ROLLBACK' if $k eq 'rollback';
 	return "SAVEPOINT $op->{name}" if $k eq 'savepoint';
 	return "ROLLBACK TO SAVEPOINT $op->{name}" if $k eq 'rollback_to';
 	return "RELEASE SAVEPOINT $op->{name}" if $k eq 'release';
+	my ($scope, $key) = @{ $ids[ $op->{id} ] };
 	my $where = "scope = '$scope' AND key = '$key'";
-	return "UPDATE idempotent_record SET locked_until = clock_timestamp() - interval '1 second' WHERE $where AND locked_until IS NOT NULL"
+	return "UPDATE idempotent_record SET locked_until = clock_timestamp() - interval '1 minute' WHERE $where AND locked_until IS NOT NULL"
 	  if $k eq 'expire_lease';
-	return "UPDATE idempotent_record SET expires_at = clock_timestamp() - interval '1 second' WHERE $where"
+	return "UPDATE idempotent_record SET created_at = updated_at - interval '2 days',"
+	  . " expires_at = updated_at - interval '1 day' WHERE $where"
 	  if $k eq 'expire_record';
-	if ($k eq 'claim')
+	my $w = $op->{wrap};
+	my $set = "SET recovery_point = 'u$op->{n}'";
+	if ($w eq 'upd' || $w eq 'cte' || $w eq 'del' || $w eq 'where')
 	{
-		my $args = "'$key', scope => '$scope'";
-		$args .= ", fingerprint => '\\x0$op->{fp}'" if defined $op->{fp};
-		$args .= ', wait => false' unless $op->{wait} && !$op->{forced_nowait};
-		$args .= ", lease => '1 hour'" if $op->{leased};
-		return "SELECT outcome, status, result, fence, recovery_point, retry_after IS NOT NULL FROM idem_claim($args)";
+		# the call takes key, scope (and fence) from the updated (deleted) row
+		my $t = $w eq 'cte' ? 'u' : 'r';
+		my $f = ($op->{fence} // '') eq 'current' ? "$t.fence" : $op->{fence_value};
+		my $call = '(' . text_query(call_parts($op, "$t.key", "$t.scope", $f)) . ')';
+		return "UPDATE idempotent_record r $set WHERE r.scope = '$scope' AND r.key = '$key' RETURNING $call"
+		  if $w eq 'upd';
+		return "DELETE FROM idempotent_record r WHERE r.scope = '$scope' AND r.key = '$key' RETURNING $call"
+		  if $w eq 'del';
+		my $filter = "r.scope = '$scope' AND r.key = '$key' AND $call IS DISTINCT FROM 'never'";
+		return ($op->{pick} % 2 ? "DELETE FROM idempotent_record r" : "UPDATE idempotent_record r $set")
+		  . " WHERE $filter RETURNING r.recovery_point"
+		  if $w eq 'where';
+		return "WITH u AS (UPDATE idempotent_record $set WHERE $where RETURNING scope, key, fence) SELECT $call FROM u";
 	}
-	return "SELECT status, fingerprint, result, recovery_point, fence, locked_until IS NOT NULL FROM idem_lookup('$key', '$scope')"
-	  if $k eq 'lookup';
-	return "SELECT idem_finish('$key', '$op->{value}', scope => '$scope'$fence)" if $k eq 'finish';
-	return "SELECT idem_fail('$key', '$op->{value}', retryable => " . ($op->{retryable} ? 'true' : 'false') . ", scope => '$scope'$fence)"
-	  if $k eq 'fail';
-	return "SELECT idem_mark_unknown('$key', '$op->{value}', scope => '$scope'$fence)" if $k eq 'mark_unknown';
-	return "SELECT idem_checkpoint('$key', '$op->{value}', scope => '$scope'$fence)" if $k eq 'checkpoint';
-	return "SELECT idem_extend_lease('$key', '1 hour', scope => '$scope'$fence) IS NOT NULL" if $k eq 'extend_lease';
-	die "unknown step $k";
+	my @call = call_parts($op, "'$key'", "'$scope'", $op->{fence_value});
+	return plain_query(@call) if $w eq 'plain';
+	my $q = text_query(@call);
+	return "SELECT try_call(\$c\$$q\$c\$)" if $w eq 'caught';
+	return "INSERT INTO biz_call (step, timing, call) VALUES ($op->{n}, '$w', \$c\$$q\$c\$) RETURNING answer"
+	  if $w eq 'before' || $w eq 'after' || $w eq 'deferred';
+	return "INSERT INTO biz_call (step, timing, answer) SELECT $op->{n}, 'select', ($q) RETURNING answer"
+	  if $w eq 'select';
+	return "WITH c AS MATERIALIZED (SELECT ($q) AS answer) UPDATE idempotent_record $set WHERE $where"
+	  . " AND (SELECT true FROM c) RETURNING (SELECT answer FROM c)"
+	  if $w eq 'then_upd';
+	die "unknown shape $w";
 }
 
 sub op_text
@@ -460,57 +829,89 @@ sub op_text
 }
 
 # A random step (its preconditions are checked by resolve)
-my @weights = (claim => 30, finish => 10, fail => 9, mark_unknown => 3, checkpoint => 5,
-	extend_lease => 3, lookup => 5, begin => 9, commit => 8, rollback => 3, savepoint => 6,
-	rollback_to => 6, release => 3, expire_lease => 5, expire_record => 3);
-my $weight_sum = 0;
-$weight_sum += $weights[ 2 * $_ + 1 ] for 0 .. @weights / 2 - 1;
-my $sp_counter = 0;
+my @weights = (claim => 26, claim_finish => 3, finish => 10, fail => 9, mark_unknown => 3,
+	checkpoint => 5, extend_lease => 3, lookup => 5, once => 3, purge => 3, begin => 9,
+	commit => 8, prepare => 1, rollback => 3, savepoint => 6, rollback_to => 6, release => 3,
+	expire_lease => 5, expire_record => 3);
+# statement shapes of a call: plain SELECT, error caught in PL/pgSQL, BEFORE
+# or AFTER trigger or one deferred to COMMIT, INSERT ... SELECT, RETURNING of
+# an UPDATE or a DELETE of the record, after a writable CTE that updated it,
+# before an UPDATE of it, in the WHERE clause of an UPDATE or DELETE of it
+my @wraps = (plain => 50, caught => 8, before => 6, after => 6, deferred => 5, select => 4,
+	upd => 7, del => 3, cte => 6, then_upd => 4, where => 4);
+
+sub pick_weighted
+{
+	my ($w) = @_;
+	my $sum = 0;
+	$sum += $w->[ 2 * $_ + 1 ] for 0 .. @$w / 2 - 1;
+	my $r = rand($sum);
+	for (my $i = 0; $i < @$w; $i += 2)
+	{
+		return $w->[$i] if ($r -= $w->[ $i + 1 ]) < 0;
+	}
+	return $w->[-2];
+}
 
 sub random_op
 {
-	my $r = rand($weight_sum);
-	my $kind;
-	for (my $i = 0; $i < @weights; $i += 2)
-	{
-		$kind = $weights[$i];
-		last if ($r -= $weights[ $i + 1 ]) < 0;
-	}
-	my $op = { kind => $kind, s => int(rand($n_sessions)) };
+	my ($n) = @_;
+	my $kind = pick_weighted(\@weights);
+	my $op = { n => $n, kind => $kind, s => int(rand($n_sessions)) };
 	$op->{s} = -1 if $kind =~ /^expire_/;
 	$op->{id} = int(rand(@ids));
-	if ($kind eq 'claim')
-	{
-		my $f = int(rand(5));
-		$op->{fp} = $f >= 3 ? undef : $f == 2 ? 2 : 1;
-		$op->{wait} = rand() < 0.7 ? 1 : 0;
-		$op->{lease} = rand() < 0.4 ? 1 : 0;
-	}
-	if ($kind =~ /^(finish|fail|mark_unknown|checkpoint|extend_lease)$/)
-	{
-		my @f = qw(none mine mine mine current current stale future);
-		$op->{fence} = $f[ int(rand(@f)) ];
-		$op->{value} = $kind eq 'checkpoint' ? 'p' . ++$sp_counter : '{"n": ' . ++$sp_counter . '}';
-		$op->{retryable} = rand() < 0.5 ? 1 : 0;
-		$op->{own_key} = rand() < 0.7 ? 1 : 0;
-	}
-	$op->{name} = 'sp' . ++$sp_counter if $kind eq 'savepoint';
+	my $f = int(rand(5));
+	$op->{fp} = $f >= 3 ? undef : $f == 2 ? 2 : 1;
+	$op->{wait} = rand() < 0.7 ? 1 : 0;
+	$op->{lease} = rand() < 0.4 ? 1 : 0;
+	my @f = qw(none mine mine mine current current stale future);
+	$op->{fence} = $f[ int(rand(@f)) ];
+	$op->{value} = $kind eq 'checkpoint' ? "p$n" : "{\"n\": $n}";
+	$op->{retryable} = rand() < 0.5 ? 1 : 0;
+	$op->{own_key} = rand() < 0.7 ? 1 : 0;
+	$op->{batch} = (1, 2, 100)[ int(rand(3)) ];
+	$op->{iso} = (qw(rc rc rc rr sr))[ int(rand(5)) ];
+	$op->{name} = "sp$n" if $kind eq 'savepoint';
 	$op->{pick} = int(rand(100));
+	$op->{wrap} = pick_weighted(\@wraps);
+	$op->{wrap} = 'plain' unless $call_kind{$kind};
 	return $op;
 }
 
 ###############################################################################
-# Running steps against the database and the model
+# Running steps against the databases and the model
 ###############################################################################
-# the last session takes the planned-SQL path, the others the direct one, so
-# that the two paths meet on the same keys
-my @conn = map { Session->new($node, $_ < $n_sessions ? 'on' : 'off') } 1 .. $n_sessions;
-my $ctl = Session->new($node, 'on');
+# one set of sessions per database, each with its path setting
+my @conn;
+for my $d (0 .. $#dbs)
+{
+	my @setting = split /\+/, $paths[$d];
+	@setting = ($setting[0]) x $n_sessions if @setting == 1;
+	die "IDEM_MODEL_PATHS: $paths[$d] does not name one setting or $n_sessions" unless @setting == $n_sessions;
+	$conn[$d] = [ map { Session->new($node, $dbs[$d], $_) } @setting ];
+}
+my @ctl = map { Session->new($node, $_, undef) } @dbs;
 
-my $state_sql = q{SELECT scope, key, status, fingerprint, result, recovery_point, fence,
-       locked_until IS NOT NULL, coalesce(locked_until > clock_timestamp(), false),
-       expires_at <= clock_timestamp()
-  FROM idempotent_record ORDER BY scope, key};
+# the same SQL in the same session of every database, at once
+sub run_everywhere
+{
+	my ($sessions, $sql) = @_;
+	$_->send($sql) for @$sessions;
+	return map { [ $_->recv ] } @$sessions;
+}
+
+# record rows (the first ten columns are the model's), then business rows
+my $state_sql = q{SELECT line FROM (
+  SELECT 1, scope, key, 0, format('%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s',
+         scope, key, status, fingerprint, result, recovery_point, fence,
+         locked_until IS NOT NULL, coalesce(locked_until > clock_timestamp(), false),
+         expires_at <= clock_timestamp(),
+         rel_t(created_at), rel_t(updated_at), rel_t(expires_at), rel_t(locked_until),
+         created_at = updated_at)
+    FROM idempotent_record
+  UNION ALL
+  SELECT 2, '', '', step, format('biz|%s|%s|%s', step, timing, answer) FROM biz_call
+) t (part, scope, key, step, line) ORDER BY part, scope, key, step};
 
 sub model_state
 {
@@ -525,16 +926,61 @@ sub model_state
 	return join "\n", @rows;
 }
 
+# the record rows of a table listing as the model knows them
+sub model_view
+{
+	my ($table) = @_;
+	return join "\n", map { join '|', (split /\|/, $_, -1)[ 0 .. 9 ] } grep { !/^biz\|/ } split /\n/, $table;
+}
+
+# Times ("~seconds" from the clock of the reading) may differ by how far
+# apart the databases ran the steps that set them: a few times the slowest
+# step so far.
+my $slowest = 0;
+sub tolerance { return 0.5 + 4 * $slowest }
+
+# Does $got answer as $want?  Field by field; "*" in $want matches anything.
+sub same
+{
+	my ($want, $got) = @_;
+	my @wl = split /\n/, $want, -1;
+	my @gl = split /\n/, $got, -1;
+	return 0 unless @wl == @gl;
+	for my $i (0 .. $#wl)
+	{
+		my @wf = split /\|/, $wl[$i], -1;
+		my @gf = split /\|/, $gl[$i], -1;
+		return 0 unless @wf == @gf;
+		for my $j (0 .. $#wf)
+		{
+			next if $wf[$j] eq $gf[$j] || $wf[$j] eq '*';
+			return 0 unless $wf[$j] =~ /^~(-?[\d.]+)$/;
+			my $w = $1;
+			return 0 unless $gf[$j] =~ /^~(-?[\d.]+)$/ && abs($w - $1) <= tolerance();
+		}
+	}
+	return 1;
+}
+
+sub show
+{
+	my ($d, $answer) = @_;
+	my ($state, $out, $messages) = @$answer;
+	my $text = "  $dbs[$d] ($paths[$d]): $state" . ($out eq '' ? '' : "\n" . ($out =~ s/^/    /mgr));
+	$text .= "\n" . ($messages =~ s/^/    /mgr) if $messages ne '';
+	return $text;
+}
+
 sub fresh_start
 {
-	for my $c (@conn) { $c->q('ROLLBACK') }
-	$ctl->q('TRUNCATE idempotent_record');
+	for my $sessions (@conn) { $_->q('ROLLBACK') for @$sessions }
+	run_everywhere(\@ctl, 'TRUNCATE idempotent_record, biz_call');
 	reset_model();
 }
 
 # Run the steps of @$ops (skipping those not possible at their turn);
-# returns undef, or a description of the first divergence and how many
-# steps it took.
+# returns undef, or (what diverged: "paths" or "model", its description,
+# how many steps it took).
 sub run_ops
 {
 	my ($ops, $count, $limit) = @_;
@@ -546,33 +992,55 @@ sub run_ops
 		$i++;
 		next unless resolve($op);
 		$done++;
-		my $c = $op->{s} < 0 ? $ctl : $conn[ $op->{s} ];
-		my ($got_state, $got) = eval { $c->q(op_sql($op)) };
-		return ("step blocked or psql died: $@", $i) if $@;
+		my $sessions = [ map { $op->{s} < 0 ? $ctl[$_] : $conn[$_][ $op->{s} ] } 0 .. $#dbs ];
+		my $started = time();
+		my @got = eval { run_everywhere($sessions, op_sql($op)) };
+		return ('paths', "step $i blocked or psql died: " . op_text($op) . "\n$@", $i) if $@;
+		$slowest = time() - $started if time() - $started > $slowest;
+		# only a commit changes what the tables hold
+		my $commits = $op->{s} < 0 || $op->{kind} =~ /^(commit|prepare)$/
+		  || ($op->{kind} ne 'begin' && !$sess[ $op->{s} ]{in_tx});
 		my ($want_state, $want) = model_step($op);
 		if ($count)
 		{
 			$stats{steps}++;
-			$stats{"$op->{kind}"}++;
-			$stats{"answer $got_state"}++ if $got_state ne '00000';
-			$stats{ 'outcome ' . (split /\|/, $got)[0] }++ if $op->{kind} eq 'claim' && $got_state eq '00000';
+			$stats{ $op->{kind} }++;
+			$stats{"shape $op->{wrap}"}++ if $call_kind{ $op->{kind} } && $op->{wrap} ne 'plain';
+			$stats{"BEGIN $op->{iso}"}++ if $op->{kind} eq 'begin';
+			$stats{"answer $got[0][0]"}++ if $got[0][0] ne '00000';
+			$stats{ 'outcome ' . (split /\|/, $got[0][1])[0] }++
+			  if $op->{kind} eq 'claim' && $op->{wrap} eq 'plain' && $got[0][0] eq '00000';
 		}
-		if ($got_state ne $want_state || $got ne $want)
+		for my $d (1 .. $#dbs)
 		{
-			return ("step $i: " . op_text($op) . "\n  model: $want_state $want\n  server: $got_state $got", $i);
+			next if $got[$d][0] eq $got[0][0] && $got[$d][2] eq $got[0][2] && same($got[0][1], $got[$d][1]);
+			return ('paths', "step $i: " . op_text($op) . "\n" . show(0, $got[0]) . "\n" . show($d, $got[$d]), $i);
 		}
-		my (undef, $table) = $ctl->q($state_sql);
+		if ($got[0][0] ne $want_state || !same($want, $got[0][1]))
+		{
+			return ('model', "step $i: " . op_text($op) . "\n  model: $want_state $want\n" . show(0, $got[0]), $i);
+		}
+		next unless $commits;
+		my @tables = map { $_->[1] } run_everywhere(\@ctl, $state_sql);
+		for my $d (1 .. $#dbs)
+		{
+			next if same($tables[0], $tables[$d]);
+			return ('paths', "after step $i: " . op_text($op) . "\n  $dbs[0] ($paths[0]) tables:\n$tables[0]\n"
+				  . "  $dbs[$d] ($paths[$d]) tables:\n$tables[$d]", $i);
+		}
 		my $mine = model_state();
-		return ("after step $i: " . op_text($op) . "\n  model table:\n$mine\n  server table:\n$table", $i)
-		  if $table ne $mine;
+		return ('model', "after step $i: " . op_text($op) . "\n  model table:\n$mine\n  server table:\n"
+			  . model_view($tables[0]), $i)
+		  if model_view($tables[0]) ne $mine;
 	}
-	return (undef, $i);
+	return (undef, undef, $i);
 }
 
 # the shortest subsequence of @$ops (up to the divergence) that diverges
+# the same way
 sub shrink
 {
-	my ($ops) = @_;
+	my ($ops, $what) = @_;
 	my $deadline = time() + 120;
 	my $chunk = int(@$ops / 2) || 1;
 	while ($chunk >= 1 && time() < $deadline)
@@ -581,9 +1049,9 @@ sub shrink
 		for (my $i = 0; $i < @$ops && time() < $deadline;)
 		{
 			my @cand = (@$ops[ 0 .. $i - 1 ], @$ops[ $i + $chunk .. $#$ops ]);
-			my ($why, $at) = run_ops([ map { deep($_) } @cand ]);
-			if (defined $why) { $ops = [ @cand[ 0 .. $at - 1 ] ]; $changed = 1 }
-			else              { $i += $chunk }
+			my ($got, undef, $at) = run_ops([ map { deep($_) } @cand ]);
+			if (defined $got && $got eq $what) { $ops = [ @cand[ 0 .. $at - 1 ] ]; $changed = 1 }
+			else                               { $i += $chunk }
 		}
 		$chunk = int($chunk / 2) unless $changed;
 	}
@@ -592,18 +1060,18 @@ sub shrink
 
 srand($seed);
 # draw more than needed: steps not possible at their turn are skipped
-my @ops = map { random_op() } 1 .. 3 * $n_ops;
+my @ops = map { random_op($_) } 1 .. 3 * $n_ops;
 my $start = time();
 $counting = 1;
-my ($why, $at) = run_ops([ map { deep($_) } @ops ], 1, $n_ops);
+my ($what, $why, $at) = run_ops([ map { deep($_) } @ops ], 1, $n_ops);
 $counting = 0;
 my $elapsed = time() - $start;
-is($why, undef, "the server agrees with the model on every step (seed $seed)");
+is($why, undef, "the direct path, planned SQL and the model agree on every step (seed $seed)");
 if (defined $why)
 {
-	diag("divergence with seed $seed:\n$why");
-	my $short = shrink([ @ops[ 0 .. $at - 1 ] ]);
-	my ($why2) = run_ops([ map { deep($_) } @$short ]);
+	diag("divergence ($what) with seed $seed:\n$why");
+	my $short = shrink([ @ops[ 0 .. $at - 1 ] ], $what);
+	my (undef, $why2) = run_ops([ map { deep($_) } @$short ]);
 	my @lines;
 	reset_model();
 	for my $op (map { deep($_) } @$short)
@@ -616,10 +1084,25 @@ if (defined $why)
 		  . join("\n  ", @lines) . "\n" . ($why2 // ''));
 }
 ok(defined $why || $stats{steps} == $n_ops, "$n_ops steps ran");
-diag(sprintf("model figures: seed %d, steps %d, %.1f s; %s",
-	$seed, $stats{steps}, $elapsed,
+
+# Did each database take the path it was meant to?  The store's reads and
+# outcome writes run as planned statements (counted by pg_stat_statements)
+# only where the direct path does not serve.
+for my $d (0 .. $#dbs)
+{
+	next unless $paths[$d] =~ /^(on|off)$/;
+	my $planned = $node->safe_psql($dbs[$d],
+		q{SELECT coalesce(sum(calls), 0) FROM pg_stat_statements
+		   WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		     AND NOT toplevel AND query LIKE '%idempotent_record%'
+		     AND (query LIKE 'SELECT status%' OR query LIKE 'UPDATE % SET status = $4%')});
+	if ($paths[$d] eq 'on') { is($planned, 0, "$dbs[$d]: no record read or outcome ran as planned SQL") }
+	else { cmp_ok($planned, '>', 0, "$dbs[$d]: record reads and outcomes ran as planned SQL ($planned)") }
+}
+diag(sprintf("model figures: seed %d, steps %d, %.1f s, slowest step %.3f s; %s",
+	$seed, $stats{steps} // 0, $elapsed, $slowest,
 	join(', ', map { "$_ $stats{$_}" } grep { $_ ne 'steps' } sort keys %stats)));
 
-$_->quit for @conn, $ctl;
+$_->quit for (map { @$_ } @conn), @ctl;
 $node->stop;
 done_testing();
