@@ -59,7 +59,7 @@ COMMENT ON COLUMN @extschema@.idempotent_record.expires_at IS
 CREATE INDEX idempotent_record_expires_at_idx
     ON @extschema@.idempotent_record (expires_at);
 
--- pg_dump keeps the records (DESIGN §5.6)
+-- pg_dump keeps the records
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idempotent_record', '');
 
 -------------------------------------------------------------------------------
@@ -294,7 +294,7 @@ COMMENT ON COLUMN @extschema@.idempotency_token.consumed_at IS
 CREATE INDEX idempotency_token_expires_at_idx
     ON @extschema@.idempotency_token (expires_at);
 
--- pg_dump keeps the tokens (DESIGN §5.6)
+-- pg_dump keeps the tokens
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idempotency_token', '');
 
 CREATE FUNCTION @extschema@.idem_token_issue(

@@ -1,4 +1,4 @@
--- Bad-input matrix (DESIGN §4): every public function with NULL in each
+-- Bad-input matrix: every public function with NULL in each
 -- argument, odd keys, bad intervals, huge values and wrong fences.  Each
 -- call runs in a subtransaction that is rolled back afterwards (pg_temp.try)
 -- and prints its SQLSTATE, or "ok" and what it returned; the tables are

@@ -1,4 +1,4 @@
--- Scenarios from ../shared/cases (real failures of other idempotency
+-- Scenarios from real failures of other idempotency
 -- systems) that run in one session; the concurrent ones are isolation
 -- specs named after their case under test/specs.
 \set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'

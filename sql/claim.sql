@@ -1,4 +1,4 @@
--- idem_claim outcomes (DESIGN §3, in-transaction mode)
+-- idem_claim outcomes (in-transaction mode)
 -- Each error is followed by its SQLSTATE.
 \set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'
 TRUNCATE idempotent_record;

@@ -1,4 +1,4 @@
--- Leased claims (DESIGN §2): the claim commits on its own, the work
+-- Leased claims: the claim commits on its own, the work
 -- happens outside the database, the outcome comes later with the fence.
 -- Lease ends are simulated by moving locked_until into the past.
 \set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'

@@ -1,4 +1,4 @@
--- search_path attacks (DESIGN §5.5): objects named like the ones the
+-- search_path attacks: objects named like the ones the
 -- extension uses, in a schema searched before pg_catalog, change nothing.
 -- Every planted operator and function raises an error when called.
 \set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'

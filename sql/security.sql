@@ -1,4 +1,4 @@
--- Security (DESIGN §5.4): the functions run with the caller's privileges and
+-- Security: the functions run with the caller's privileges and
 -- row level security; none is SECURITY DEFINER.  search_path attacks are
 -- in search_path.sql (records) and tokens.sql (tokens).
 \set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'

@@ -2,7 +2,7 @@
  * claim.c
  *	  idem_claim, in both modes (in-transaction and leased), and idem_lookup.
  *
- * Semantics follow DESIGN §3 and the IETF Idempotency-Key draft: the first
+ * Semantics follow the README ("Outcomes") and the IETF Idempotency-Key draft: the first
  * request with a key does the work, every duplicate gets the first outcome.
  * Concurrency is left to the primary key, as with INSERT ... ON CONFLICT: a
  * duplicate waits for an uncommitted claim and then replays or claims.

@@ -10,7 +10,7 @@
  * Statements are saved plans with schema-qualified names and operators, on
  * the table itself (ONLY: the primary key names a token only there), run
  * with the caller's privileges; the clock is read once per call and
- * passed as a parameter (DESIGN §6).
+ * passed as a parameter.
  */
 #include "idempotency.h"
 

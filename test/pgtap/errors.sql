@@ -1,4 +1,4 @@
--- errors.sql — the error contract (DESIGN §4): every refused call raises
+-- errors.sql — the error contract: every refused call raises
 -- its SQLSTATE with the documented message and changes nothing.
 --   22004  NULL key, scope or required argument (the functions are not STRICT)
 --   22023  empty or over-long key or scope, non-positive ttl

@@ -1,4 +1,4 @@
--- outcomes.sql — what idem_claim answers (DESIGN §3), what idem_finish,
+-- outcomes.sql — what idem_claim answers, what idem_finish,
 -- idem_fail and idem_lookup do to the record, the scope as part of the
 -- identity, and the canonical rules of idem_fingerprint.  Everything runs in
 -- one transaction; records "of other transactions" are simulated with plain
@@ -187,7 +187,7 @@ SELECT lives_ok($$SELECT idem_finish('out-4r', '{}')$$,
     'out-4r: finished');
 
 -------------------------------------------------------------------------------
--- records of other transactions (DESIGN §3 table)
+-- records of other transactions (the outcomes table in the README)
 -------------------------------------------------------------------------------
 INSERT INTO idempotent_record (scope, key, status, fingerprint, result, recovery_point, fence,
                                locked_until, created_at, updated_at, expires_at)

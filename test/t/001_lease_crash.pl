@@ -1,4 +1,4 @@
-# Crashes and leases (DESIGN §5.2, §5.3; case_07): a leased claim survives
+# Crashes and leases (case_07): a leased claim survives
 # a server stopped with -m immediate and is taken over after its lease; the
 # crashed worker's fence-1 finish is refused.  An in-transaction claim and
 # its business write vanish together when the server dies before COMMIT.

@@ -1,4 +1,4 @@
-# Crash suite (DESIGN §5.1, §5.2): a shop whose order function claims the
+# Crash suite: a shop whose order function claims the
 # request key, writes the order and records the outcome in one transaction,
 # under duplicate load from pgbench (16 clients, a few hot keys and many cold
 # ones, wait => true and wait => false, transient and final failures, keys

@@ -1,4 +1,4 @@
-# Failover (DESIGN §5.6): a primary with a synchronous streaming standby.
+# Failover: a primary with a synchronous streaming standby.
 # Clients claim and finish keys under load (in-transaction claims with
 # concurrent duplicates, and leased claims finished with their fence); each
 # client prints "ack KEY ..." only after the server acknowledged the COMMIT

@@ -1,4 +1,4 @@
-# Durable across operations (DESIGN §5.6): pg_dump/restore and ALTER
+# Durable across operations: pg_dump/restore and ALTER
 # EXTENSION UPDATE.
 #
 # 1. Dump and restore.  idempotent_record and idempotency_token are

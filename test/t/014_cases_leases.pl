@@ -1,5 +1,5 @@
 # Shared cases about leases, with real leases and real connections
-# (../shared/cases/cases.md): case_01's leased variant, case_05 (no lock outlives a call; a leased
+# case_01's leased variant, case_05 (no lock outlives a call; a leased
 # claim is finished from another connection), case_08 (lease and retention
 # are independent), case_10 (a stale owner cannot overwrite or delete),
 # case_11 (a non-owner's error path cannot release the key).  case_07 is in
@@ -164,7 +164,7 @@ is(sql("SELECT outcome || ' ' || fence FROM idem_claim('k11', fingerprint => '\\
 # case_10 across a released key: A (fence 1) is paused, B takes over
 # (fence 2) and releases the key with a retryable failure, C claims it
 # again.  A wakes up: its fence-1 finish must be refused, because C's
-# claim must not carry a fence that A ever held (DESIGN §5.3).
+# claim must not carry a fence that A ever held.
 sql("SELECT outcome FROM idem_claim('k10r', lease => '1 hour')");
 sql("UPDATE idempotent_record SET locked_until = clock_timestamp() - interval '1 second' WHERE key = 'k10r'");
 is(sql("SELECT outcome || ' ' || fence FROM idem_claim('k10r', lease => '1 hour')"), 'claimed 2',

@@ -1,4 +1,4 @@
-# Huge values (bad-input matrix, DESIGN §4).  A result, an error or a
+# Huge values (bad-input matrix).  A result, an error or a
 # recovery point is an ordinary jsonb or text value, so PostgreSQL's limits
 # apply: 1 GB for any field, 256 MB for a jsonb container (54000 past it).
 # This suite shows that what is stored is replayed exactly: a result that
