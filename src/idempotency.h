@@ -104,8 +104,9 @@ typedef struct IdemClaimSpec
  * record_store.c: every read and write of idempotent_record goes through
  * these calls, so that planned SQL (which a distributed table can route)
  * and a direct heap/index path (record_direct.c) can both serve them.
- * Calls between store_begin and store_end run with the caller's privileges (SPI is connected when a statement needs it);
- * copied-out values live in the caller's context.
+ * Calls between store_begin and store_end run with the caller's
+ * privileges (SPI is connected when a statement needs it); copied-out
+ * values live in the caller's context.
  */
 extern void store_begin(Oid extension_function, bool nowait);
 extern void store_end(void);
