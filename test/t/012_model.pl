@@ -616,8 +616,8 @@ sub model_step
 	}
 	if ($k eq 'expire_record')
 	{
-		# a record written a day and a half ago with a ttl of a day: expired
-		# a day before its last write (updated_at), which orders purge
+		# as if claimed two days before its last write with a ttl of a day:
+		# it expired a day before that write (updated_at), which orders purge
 		my $r = $committed{ $op->{id} };
 		@$r{qw(expired exp_key ver)} = (1, $r->{utick}, ++$version) if $r;
 		return ('00000', '');
@@ -647,7 +647,7 @@ my %write_kind = map { $_ => 1 } qw(finish fail mark_unknown checkpoint extend_l
 my %call_kind = map { $_ => 1 } (keys %write_kind, qw(claim claim_finish lookup once purge));
 
 # May $op run now without waiting for another session?  Fills in what the
-# current model state decides (fence values, savepoint names, batch size).
+# current model state decides (fence values, savepoint names, leases).
 sub resolve
 {
 	my ($op) = @_;
