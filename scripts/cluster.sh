@@ -62,6 +62,13 @@ hold_install_lock() {
 build_and_install() {
     hold_install_lock
     say "building and installing the extension"
+    # objects compiled against another server's headers are not reused
+    local server
+    server="$PG_CONFIG $("$PG_CONFIG" --version)"
+    if [ "$(cat .build-server 2>/dev/null)" != "$server" ]; then
+        make -s PG_CONFIG="$PG_CONFIG" clean >/dev/null
+        echo "$server" >.build-server
+    fi
     make -s PG_CONFIG="$PG_CONFIG" IDEM_WERROR=1 >/dev/null
     as_root make -s PG_CONFIG="$PG_CONFIG" install >/dev/null
 }
