@@ -16,15 +16,16 @@ passed=0
 failed=0
 log=$(mktemp)
 
-# pg_regress and pg_isolation_regress print one "... ok" or "... FAILED"
-# line per test file.
+# pg_regress and pg_isolation_regress print one line per test file:
+# "test NAME ... ok" / "... FAILED" up to PostgreSQL 15, TAP's "ok N - NAME"
+# / "not ok N - NAME" from 16 on.
 run_regress_suite() {
     local name=$1 target=$2 diffs=$3 rc ok bad
     say "$name"
     make -s PG_CONFIG="$PG_CONFIG" "$target" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
-    ok=$(grep -cE '\.\.\. ok' "$log")
-    bad=$(grep -cE '\.\.\. (FAILED|failed)' "$log")
+    ok=$(grep -cE '\.\.\. ok|^ok +[0-9]+ ' "$log")
+    bad=$(grep -cE '\.\.\. (FAILED|failed)|^not ok +[0-9]+ ' "$log")
     # a suite that died before reporting any test counts as a failure
     if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
     passed=$((passed + ok)); failed=$((failed + bad))
