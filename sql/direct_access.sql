@@ -274,20 +274,6 @@ ALTER TABLE idempotent_record DROP CONSTRAINT direct_nested, DROP CONSTRAINT dir
 DROP FUNCTION direct_nested_lookup(text);
 DELETE FROM idempotent_record WHERE key LIKE 'nested-%';
 
--- ... a read-only transaction refuses the writes (25006), purge included
-\set VERBOSITY terse
-BEGIN READ ONLY;
-SELECT outcome FROM idem_claim('read-only');
-:sqlstate
-ROLLBACK;
-SET default_transaction_read_only = on;
-SELECT idem_once('read-only');
-:sqlstate
-SELECT idem_purge(10);
-:sqlstate
-RESET default_transaction_read_only;
-\set VERBOSITY default
-
 -- ... a primary key on other columns, or none, leaves everything to the SQL
 INSERT INTO idempotent_record (key, status, result, fence, created_at, updated_at, expires_at)
 VALUES ('pk', 'succeeded', '{"pk": true}', 1, now(), now(), now() + interval '1 day');
