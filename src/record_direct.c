@@ -111,10 +111,11 @@ column_number(TupleDesc desc, const char *name)
  * What the direct path needs to know of the table, computed once per table
  * and again after any change to it (a relcache invalidation: columns,
  * constraints, indexes, children, Citus distributing it).  A table that is
- * not a plain local heap table, or whose columns do not have the types the
+ * not a local heap table, or whose columns do not have the types the
  * install script gave them (a column dropped and added again with another
  * type), gets no direct path at all (pk_index invalid): the SQL then gives
- * its own answers and errors.
+ * its own answers and errors.  One with inheritance children, or that is a
+ * partition, gets only the probe of wait => false (stand_in false).
  */
 typedef struct RecordLayout
 {
