@@ -627,9 +627,8 @@ direct_probe_uncommitted(Oid relid, const IdemKey *id, bytea **fingerprint,
 }
 
 /*
- * EXPIRED() of record_store.c: past expires_at (which the expires_at scan
- * has checked already, but not for a newer version), not unknown, no live
- * lease.
+ * The rest of EXPIRED() of record_store.c for a version past expires_at
+ * (which the expires_at scan checks): not unknown, no live lease.
  */
 static bool
 purgeable(TupleTableSlot *slot, const RecordLayout *l, TimestampTz now)
@@ -637,8 +636,7 @@ purgeable(TupleTableSlot *slot, const RecordLayout *l, TimestampTz now)
 	bool		isnull;
 	TimestampTz locked_until;
 
-	if (DatumGetTimestampTz(slot_getattr(slot, l->col.expires_at, &isnull)) > now ||
-		DatumGetObjectId(slot_getattr(slot, l->col.status, &isnull)) == l->status_value[IDEM_UNKNOWN])
+	if (DatumGetObjectId(slot_getattr(slot, l->col.status, &isnull)) == l->status_value[IDEM_UNKNOWN])
 		return false;
 	locked_until = DatumGetTimestampTz(slot_getattr(slot, l->col.locked_until, &isnull));
 	return isnull || locked_until <= now;
@@ -676,6 +674,7 @@ purge_one(Relation heap, const RecordLayout *l, TimestampTz now,
 		  CommandId cid)
 {
 	TM_FailureData tmfd;
+	bool		isnull;
 	TM_Result	result = table_tuple_delete(heap, &slot->tts_tid, cid, snapshot,
 											InvalidSnapshot, false, &tmfd, false);
 
@@ -686,7 +685,8 @@ purge_one(Relation heap, const RecordLayout *l, TimestampTz now,
 								  TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
 		if (result != TM_Ok)
 			return false;
-		if (!purgeable(scratch, l, now) || !same_key(slot, scratch, l))
+		if (DatumGetTimestampTz(slot_getattr(scratch, l->col.expires_at, &isnull)) > now ||
+			!purgeable(scratch, l, now) || !same_key(slot, scratch, l))
 			return false;
 		result = table_tuple_delete(heap, &scratch->tts_tid, cid, snapshot,
 									InvalidSnapshot, true, &tmfd, false);
