@@ -260,6 +260,22 @@ LANGUAGE C;
 COMMENT ON FUNCTION @extschema@.idem_transition_guard() IS
 'row trigger, BEFORE UPDATE or AFTER INSERT OR UPDATE (OR DELETE on a partitioned table, where it is declared on the partitioned table): idem_transition_guard(''column'', ''from>to'', ...) lets a status column move only along the listed transitions (compared as text), also across partitions and in upserts; an update keeping the value is allowed; ''>to'' entries (AFTER triggers only) restrict the states a row may be inserted with (INSERT is unrestricted without them). Errors: IK005 transition or initial state not allowed (errdetail: from, to, allowed list), 22023 bad trigger argument, 39P01 a declaration under which a write would escape the guard (both reported when the trigger first fires)';
 
+CREATE FUNCTION @extschema@.idem_guard_declarations()
+RETURNS event_trigger
+AS 'MODULE_PATHNAME', 'idem_guard_declarations'
+LANGUAGE C;
+
+COMMENT ON FUNCTION @extschema@.idem_guard_declarations() IS
+'event trigger function of idem_guard_declarations: refuses (39P01) at CREATE TRIGGER an idem_transition_guard trigger that PostgreSQL would not fire for some write of its column (declared on a partition, or AFTER on a partitioned table without INSERT and DELETE)';
+
+-- ... so that such a declaration cannot pass writes before it first fires
+CREATE EVENT TRIGGER idem_guard_declarations ON ddl_command_end
+    WHEN TAG IN ('CREATE TRIGGER')
+    EXECUTE FUNCTION @extschema@.idem_guard_declarations();
+
+COMMENT ON EVENT TRIGGER idem_guard_declarations IS
+'refuses at CREATE TRIGGER the idem_transition_guard declarations that could not guard every write of their column';
+
 CREATE FUNCTION @extschema@.idem_version_guard()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'idem_version_guard'

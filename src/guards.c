@@ -21,12 +21,14 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
+#include "commands/event_trigger.h"
 #include "commands/trigger.h"
 #include "common/int.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
+#include "parser/parse_func.h"
 #include "storage/bufmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -182,18 +184,37 @@ declared_trigger(Oid tgoid, Oid *relid)
 	return tgoid;
 }
 
-/* Raise 39P01: the trigger, as declared, would not see every write */
+/*
+ * Why two declarations cannot guard a partitioned table: refused both when
+ * the trigger is created (idem_guard_declarations) and when it first fires
+ * (a trigger cloned onto a table attached as a partition later).
+ */
+#define ON_PARTITION_DETAIL \
+	"It is declared on a partition, so it does not see the rows that an UPDATE moves into or out of that partition."
+#define AFTER_WITHOUT_MOVES_DETAIL \
+	"On a partitioned table, an UPDATE that moves a row to another partition fires the AFTER DELETE and AFTER INSERT triggers of the partitions, not AFTER UPDATE."
+#define AFTER_WITHOUT_MOVES_HINT \
+	"Declare it AFTER INSERT OR UPDATE OR DELETE FOR EACH ROW, or BEFORE UPDATE when it lists no initial states."
+
+/* Raise 39P01: trigger tgname on relid, as declared, would not see every write */
 static void
-refuse_declaration(TriggerData *trigdata, const TransitionSpec *spec,
-				   const char *detail, const char *hint)
+refuse_trigger(const char *tgname, Oid relid, const char *column,
+			   const char *detail, const char *hint)
 {
 	ereport(ERROR,
 			errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 			errmsg("trigger \"%s\" on table \"%s\" cannot guard the transitions of column \"%s\"",
-				   trigdata->tg_trigger->tgname, get_rel_name(spec->declared_on),
-				   spec->column),
+				   tgname, get_rel_name(relid), column),
 			errdetail_internal("%s", detail),
 			errhint("%s", hint));
+}
+
+static void
+refuse_declaration(TriggerData *trigdata, const TransitionSpec *spec,
+				   const char *detail, const char *hint)
+{
+	refuse_trigger(trigdata->tg_trigger->tgname, spec->declared_on,
+				   spec->column, detail, hint);
 }
 
 /*
@@ -219,8 +240,7 @@ check_declaration(TriggerData *trigdata, TransitionSpec *spec)
 	{
 		spec->root_tgoid = declared_trigger(tg->tgoid, &spec->declared_on);
 		if (get_rel_relispartition(spec->declared_on))
-			refuse_declaration(trigdata, spec,
-							   "It is declared on a partition, so it does not see the rows that an UPDATE moves into or out of that partition.",
+			refuse_declaration(trigdata, spec, ON_PARTITION_DETAIL,
 							   psprintf("Create the trigger on the partitioned table \"%s\".",
 										get_rel_name(llast_oid(get_partition_ancestors(spec->declared_on)))));
 	}
@@ -243,9 +263,8 @@ check_declaration(TriggerData *trigdata, TransitionSpec *spec)
 	spec->pairs_moves = rel->rd_rel->relispartition && TRIGGER_FOR_AFTER(tg->tgtype);
 	if (spec->pairs_moves &&
 		(!TRIGGER_FOR_INSERT(tg->tgtype) || !TRIGGER_FOR_DELETE(tg->tgtype)))
-		refuse_declaration(trigdata, spec,
-						   "On a partitioned table, an UPDATE that moves a row to another partition fires the AFTER DELETE and AFTER INSERT triggers of the partitions, not AFTER UPDATE.",
-						   "Declare it AFTER INSERT OR UPDATE OR DELETE FOR EACH ROW, or BEFORE UPDATE when it lists no initial states.");
+		refuse_declaration(trigdata, spec, AFTER_WITHOUT_MOVES_DETAIL,
+						   AFTER_WITHOUT_MOVES_HINT);
 	if (spec->pairs_moves && rel->rd_rel->relkind == RELKIND_FOREIGN_TABLE)
 		refuse_declaration(trigdata, spec,
 						   "A row that an UPDATE moves into a foreign table partition is not a heap tuple, so an AFTER trigger cannot match it with the row it was.",
@@ -515,6 +534,72 @@ idem_transition_guard(PG_FUNCTION_ARGS)
 	else if (spec->restricts_insert)
 		check_initial_state(trigdata, spec, SPI_getvalue(row, desc, spec->attno));
 	return PointerGetDatum(row);
+}
+
+/*
+ * idem_guard_declarations() RETURNS event_trigger
+ *	  At the end of CREATE TRIGGER: refuses (39P01) an idem_transition_guard
+ *	  trigger that PostgreSQL would not fire at all for some write of its
+ *	  column, so that refusing it when it first fires could come too late:
+ *	  one declared on a partition (rows moved into the partition do not
+ *	  fire it), or declared AFTER on a partitioned table without both
+ *	  INSERT and DELETE (a row moved to another partition fires neither its
+ *	  AFTER UPDATE nor anything else of it).  Run by the event trigger
+ *	  idem_guard_declarations.
+ */
+PG_FUNCTION_INFO_V1(idem_guard_declarations);
+Datum
+idem_guard_declarations(PG_FUNCTION_ARGS)
+{
+	Oid			guard;
+	Datum		arg;
+
+	if (!CALLED_AS_EVENT_TRIGGER(fcinfo))
+		ereport(ERROR,
+				errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				errmsg("idem_guard_declarations must be called as an event trigger"));
+	guard = LookupFuncName(list_make2(makeString(get_namespace_name(get_func_namespace(fcinfo->flinfo->fn_oid))),
+									  makeString("idem_transition_guard")),
+						   0, NULL, false);
+	arg = ObjectIdGetDatum(guard);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	/* the triggers created, not the clones PostgreSQL made on partitions */
+	if (SPI_execute_with_args("SELECT t.tgname::pg_catalog.text, t.tgrelid, t.tgtype, c.relkind,"
+							  " c.relispartition,"
+							  " pg_catalog.split_part(pg_catalog.encode(t.tgargs, 'escape'), '\\000', 1)"
+							  " FROM pg_catalog.pg_event_trigger_ddl_commands() AS d"
+							  " JOIN pg_catalog.pg_trigger AS t ON t.oid OPERATOR(pg_catalog.=) d.objid"
+							  " JOIN pg_catalog.pg_class AS c ON c.oid OPERATOR(pg_catalog.=) t.tgrelid"
+							  " WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_trigger'::pg_catalog.regclass"
+							  " AND t.tgfoid OPERATOR(pg_catalog.=) $1"
+							  " AND t.tgparentid OPERATOR(pg_catalog.=) 0",
+							  1, (Oid[]) {OIDOID}, &arg, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the triggers created");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		char	   *tgname = SPI_getvalue(row, desc, 1);
+		Oid			relid = DatumGetObjectId(SPI_getbinval(row, desc, 2, &isnull));
+		int16		tgtype = DatumGetInt16(SPI_getbinval(row, desc, 3, &isnull));
+		char		relkind = DatumGetChar(SPI_getbinval(row, desc, 4, &isnull));
+		bool		partition = DatumGetBool(SPI_getbinval(row, desc, 5, &isnull));
+		char	   *column = SPI_getvalue(row, desc, 6);
+
+		if (partition)
+			refuse_trigger(tgname, relid, column, ON_PARTITION_DETAIL,
+						   psprintf("Create the trigger on the partitioned table \"%s\".",
+									get_rel_name(llast_oid(get_partition_ancestors(relid)))));
+		if (relkind == RELKIND_PARTITIONED_TABLE && TRIGGER_FOR_ROW(tgtype) &&
+			TRIGGER_FOR_AFTER(tgtype) &&
+			(!TRIGGER_FOR_INSERT(tgtype) || !TRIGGER_FOR_DELETE(tgtype)))
+			refuse_trigger(tgname, relid, column, AFTER_WITHOUT_MOVES_DETAIL,
+						   AFTER_WITHOUT_MOVES_HINT);
+	}
+	SPI_finish();
+	PG_RETURN_VOID();
 }
 
 /*-------------------------------------------------------------------------
