@@ -52,11 +52,15 @@ tapcheck:
 # They use Debian's PostgreSQL 15 unless PG_CONFIG names another server:
 # make test PG_CONFIG=/opt/pg18/bin/pg_config
 SERVER_ENV = $(if $(filter file,$(origin PG_CONFIG)),,PG_CONFIG='$(PG_CONFIG)')
-.PHONY: test demo bench
+.PHONY: test demo bench dist
 test:
 	$(SERVER_ENV) bash scripts/test.sh
 demo:
 	$(SERVER_ENV) bash scripts/demo.sh
+# A release tarball of the committed tree: idempotency-VERSION.tar.gz
+dist:
+	git archive --format=tar.gz --prefix=$(EXTENSION)-$(EXTVERSION)/ \
+		-o $(EXTENSION)-$(EXTVERSION).tar.gz HEAD
 # bench parameters: make bench BENCH_ARGS="--runs 5 --duration 20"
 bench:
 	$(SERVER_ENV) bash scripts/bench.sh $(BENCH_ARGS)

@@ -56,5 +56,16 @@ $node->restart;
 is($node->safe_psql('postgres', 'SELECT claims FROM idempotency_stats'),
 	'0', 'a restart starts the counters from zero');
 
+# the postgres_exporter query file reads the view: its query runs, and it
+# describes every column it selects
+my $queries = slurp_file("$ENV{TESTDIR}/examples/postgres_exporter_queries.yaml");
+my ($query) = $queries =~ /^\s*query:\s*"([^"]+)"/m;
+my @described = $queries =~ /^\s*- (\w+):\s*$/mg;
+my ($selected) = $query =~ /^SELECT (.*) FROM idempotency_stats$/;
+is(join(',', @described), join(',', split /, /, $selected),
+	'the exporter query file describes each column it selects, in order');
+is($node->safe_psql('postgres', $query), join('|', (0) x @described),
+	'the exporter query runs against idempotency_stats');
+
 $node->stop;
 done_testing();
