@@ -12,14 +12,15 @@
 if [ -n "${PG_CONFIG:-}" ]; then
     PG_BINDIR=$("$PG_CONFIG" --bindir) || { echo "PG_CONFIG=$PG_CONFIG does not run" >&2; exit 1; }
     PG_MAJOR=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
-    IDEM_PACKAGES=(make gcc libipc-run-perl)
+    IDEM_PACKAGES=(make gcc libipc-run-perl pgbouncer python3-psycopg python3-psycopg-pool)
 else
     PG_MAJOR=15
     PG_BINDIR=/usr/lib/postgresql/$PG_MAJOR/bin
     PG_CONFIG=$PG_BINDIR/pg_config
     IDEM_PACKAGES=(make gcc "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
                    "postgresql-$PG_MAJOR-pgtap" libtap-parser-sourcehandler-pgtap-perl
-                   libipc-run-perl "postgresql-$PG_MAJOR-cron" "postgresql-$PG_MAJOR-pgaudit")
+                   libipc-run-perl "postgresql-$PG_MAJOR-cron" "postgresql-$PG_MAJOR-pgaudit"
+                   pgbouncer python3-psycopg python3-psycopg-pool)
 fi
 export PG_CONFIG
 
@@ -82,7 +83,15 @@ as_cluster_user() {
 }
 
 CLUSTER_DIR=
+# pid files of other servers a script started (PgBouncer): stopped with the
+# cluster, also when a step fails
+SERVER_PIDFILES=()
 cluster_stop() {
+    local pidfile
+    for pidfile in "${SERVER_PIDFILES[@]}"; do
+        [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null
+    done
+    SERVER_PIDFILES=()
     [ -n "$CLUSTER_DIR" ] || return 0
     if [ -f "$CLUSTER_DIR/data/postmaster.pid" ]; then
         as_cluster_user "$PG_BINDIR/pg_ctl" -D "$CLUSTER_DIR/data" -m fast -w stop >/dev/null 2>&1 \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make test: build, install, start a throwaway PostgreSQL cluster, run
 # pg_regress, the isolation specs (with the direct path, then with planned
-# SQL only), the pgTAP and TAP suites, stop the cluster.
+# SQL only), the HTTP example, the pgTAP and TAP suites, stop the cluster.
 # Ends with "N passed, N failed"; exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -78,12 +78,47 @@ run_tap_suite() {
     rm -rf "$dir"
 }
 
+# The HTTP example (examples/http) driven for real, directly and through a
+# transaction-pooling PgBouncer that runs as the cluster's OS user on a
+# private loopback port; both stop when the suite ends.  Debian's python3,
+# which has python3-psycopg, whatever python3 comes first in PATH.
+run_http_suite() {
+    local dir port=${IDEM_HTTP_PORT:-18080} bouncer=${IDEM_PGBOUNCER_PORT:-16432} ok bad
+    say "HTTP example, directly and through PgBouncer (transaction pooling)"
+    createdb idempotency_http && psql -q -X -d idempotency_http -c 'CREATE EXTENSION idempotency' \
+        || { failed=$((failed + 1)); return; }
+    dir=$(mktemp -d /tmp/idempotency-pgbouncer.XXXXXX)
+    printf '%s\n' '[databases]' \
+        "idempotency_http = host=$PGHOST port=$PGPORT dbname=idempotency_http user=postgres" \
+        '[pgbouncer]' 'listen_addr = 127.0.0.1' "listen_port = $bouncer" 'unix_socket_dir =' \
+        'auth_type = trust' "auth_file = $dir/users.txt" 'pool_mode = transaction' \
+        'max_client_conn = 200' 'default_pool_size = 10' \
+        "pidfile = $dir/pgbouncer.pid" "logfile = $dir/pgbouncer.log" >"$dir/pgbouncer.ini"
+    echo '"postgres" ""' >"$dir/users.txt"
+    [ "$(id -u)" -eq 0 ] && chown -R "$CLUSTER_OS_USER" "$dir"
+    SERVER_PIDFILES+=("$dir/pgbouncer.pid")
+    if ! as_cluster_user pgbouncer -d "$dir/pgbouncer.ini"; then
+        failed=$((failed + 1)); cat "$dir/pgbouncer.log" >&2; rm -rf "$dir"; return
+    fi
+    /usr/bin/python3 test/http/orders_service_test.py \
+        "host=$PGHOST port=$PGPORT dbname=idempotency_http user=postgres" \
+        "host=127.0.0.1 port=$bouncer dbname=idempotency_http user=postgres" "$port" 2>&1 | tee "$log"
+    ok=$(grep -cE '^ok [0-9]+ ' "$log")
+    bad=$(grep -cE '^not ok [0-9]+ ' "$log")
+    # a run that died before its last line counts as a failure
+    grep -qE '^[0-9]+ passed, [0-9]+ failed$' "$log" || bad=$((bad + 1))
+    passed=$((passed + ok)); failed=$((failed + bad))
+    kill "$(cat "$dir/pgbouncer.pid")" 2>/dev/null
+    rm -rf "$dir"
+}
+
 run_regress_suite "pg_regress" regresscheck regression.diffs
 run_regress_suite "isolation specs" isolationcheck output_iso/regression.diffs
 # the same specs and expected outputs with the planned-SQL path: the direct
 # heap/index path must answer exactly as the SQL it stands in for
 PGOPTIONS="-c idempotency.direct_access=off" \
     run_regress_suite "isolation specs, idempotency.direct_access = off" isolationcheck output_iso/regression.diffs
+run_http_suite
 run_pgtap_suite
 run_tap_suite
 rm -f "$log"
