@@ -343,9 +343,9 @@ probe_as_owner(const IdemKey *id)
  * (*fingerprint, else NULL), or else as the table's owner, answering only
  * yes or no: the insert has passed the caller's row level security checks
  * and was about to wait for that transaction, so the answer tells nothing
- * that the wait would not.  Where neither can probe (an executor permission
- * hook, a table the direct path does not read), the claim cannot tell, so
- * its writes wait from now on, as with wait => true.
+ * that the wait would not.  Where neither can probe (a table the probe
+ * cannot read here, such as a Citus table), the claim cannot tell, so its
+ * writes wait from now on, as with wait => true.
  */
 bool
 store_write_blocked_by_key(const IdemKey *id, bytea **fingerprint)

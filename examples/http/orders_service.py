@@ -59,8 +59,7 @@ def answer(row):
     """An idem_claim row that is not 'claimed' -> the HTTP reply."""
     outcome, result, retry_after = row
     if outcome == "replay":
-        stored = result
-        raise Reply(stored["status"], stored["body"], [("Idempotent-Replayed", "true")])
+        raise Reply(result["status"], result["body"], [("Idempotent-Replayed", "true")])
     seconds = max(1, int(retry_after.total_seconds() + 0.999)) if retry_after else 1
     raise Reply(409, json.dumps({"error": "a request with this key is in progress"}),
                 [("Retry-After", str(seconds))])
