@@ -12,7 +12,8 @@
 #   - every answer a client got (logged in the transaction that gave it)
 #     agrees with the stored record: created/replay name the stored order,
 #     failed/replay_failed carry the stored error, a replay went only to
-#     the request that made the record, a rejection only to another one.
+#     the request that made the record, a rejection only to another one
+#     than the holder it names.
 # Figures are printed with diag.  Sizes are CI sizes; IDEM_CRASH_ROUNDS and
 # IDEM_CRASH_SEED make it longer or repeatable.
 use strict;
@@ -56,7 +57,8 @@ CREATE TABLE shop.request_log (
     answer      text   NOT NULL CHECK (answer IN
                 ('created', 'replay', 'failed', 'replay_failed', 'retry', 'in_progress', 'rejected')),
     order_id    bigint,
-    error       jsonb);
+    error       jsonb,
+    waited      boolean NOT NULL);
 CREATE INDEX ON shop.request_log (request_key);
 
 CREATE FUNCTION shop.place_order(p_key text, p_body jsonb, p_wait boolean,
@@ -69,13 +71,18 @@ DECLARE
     new_id bigint;
     ans    text;
     err    jsonb;
+    detail text;
 BEGIN
     BEGIN
         SELECT * INTO c FROM public.idem_claim(p_key, scope => 'shop',
                fingerprint => public.idem_fingerprint(p_body), wait => p_wait);
     EXCEPTION WHEN SQLSTATE 'IK001' THEN
-        INSERT INTO shop.request_log (request_key, body, client, answer)
-        VALUES (p_key, p_body, p_client, 'rejected');
+        -- the DETAIL names the fingerprint of the request holding the key
+        GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;
+        INSERT INTO shop.request_log (request_key, body, client, answer, error, waited)
+        VALUES (p_key, p_body, p_client, 'rejected',
+                jsonb_build_object('held_by', substring(detail FROM 'held by a request with fingerprint \\\\x([0-9a-f]+)')),
+                p_wait);
         RETURN 'rejected';
     END;
     IF c.outcome = 'claimed' THEN
@@ -105,8 +112,8 @@ BEGIN
     ELSE
         ans := 'in_progress';
     END IF;
-    INSERT INTO shop.request_log (request_key, body, client, answer, order_id, error)
-    VALUES (p_key, p_body, p_client, ans, new_id, err);
+    INSERT INTO shop.request_log (request_key, body, client, answer, order_id, error, waited)
+    VALUES (p_key, p_body, p_client, ans, new_id, err, p_wait);
     RETURN ans;
 END $$;
 });
@@ -160,13 +167,19 @@ SELECT
     WHERE (SELECT count(*) FROM shop.request_log l
             WHERE l.answer = 'created' AND l.order_id = so.id AND l.request_key = so.request_key) <> 1)
   || ' ' ||
-  -- a rejection went to a request whose body differs from the record's;
-  -- a key released by a transient failure may since belong to that body
+  -- a rejection names a holder whose fingerprint differs from the request's;
+  -- after waiting, the holder was committed, so the record still differs,
+  -- unless a transient failure released the key since.  With wait => false
+  -- the holder may have been an uncommitted claim that then rolled back (a
+  -- crash, say), so the key may since belong to the rejected body.
   (SELECT count(*) FROM shop.request_log l LEFT JOIN rec ON rec.key = l.request_key
     WHERE l.answer = 'rejected'
-      AND NOT EXISTS (SELECT 1 FROM shop.request_log r2
-                       WHERE r2.request_key = l.request_key AND r2.answer = 'retry')
-      AND (rec.fingerprint IS NULL OR rec.fingerprint = idem_fingerprint(l.body)))
+      AND (l.error ->> 'held_by' IS NULL
+           OR decode(l.error ->> 'held_by', 'hex') = idem_fingerprint(l.body)
+           OR (l.waited
+               AND NOT EXISTS (SELECT 1 FROM shop.request_log r2
+                                WHERE r2.request_key = l.request_key AND r2.answer = 'retry')
+               AND (rec.fingerprint IS NULL OR rec.fingerprint = idem_fingerprint(l.body)))))
 };
 my @invariant_names = (
 	'keys with more than one order',
