@@ -120,13 +120,19 @@ COMMIT;
 SELECT outcome, status, result, fence FROM idem_claim('orphan');
 
 -- while its lease is live, an in_progress record answers in_progress with
--- the time left as retry hint; unknown outcomes answer in_progress too
+-- retry_after: the time left of a short lease, else idempotency.retry_after;
+-- unknown outcomes answer in_progress too, with idempotency.retry_after
 INSERT INTO idempotent_record (key, status, fence, locked_until, created_at, updated_at, expires_at)
 VALUES ('leased', 'in_progress', 1, now() + interval '1 hour', now(), now(), now() + interval '1 day'),
        ('unsure', 'unknown', 1, NULL, now(), now(), now() + interval '1 day');
+SELECT outcome, status, fence, retry_after FROM idem_claim('leased');
+SET idempotency.retry_after = '250ms';
+SELECT outcome, status, fence, retry_after FROM idem_claim('leased');
+SET idempotency.retry_after = '2h';
 SELECT outcome, status, fence,
        retry_after > interval '59 minutes' AND retry_after <= interval '1 hour' AS hint_is_lease_left
   FROM idem_claim('leased');
+RESET idempotency.retry_after;
 SELECT outcome, status, fence, retry_after FROM idem_claim('unsure');
 
 SELECT scope, key, status, result, fence FROM idempotent_record ORDER BY scope, key;

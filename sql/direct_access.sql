@@ -57,7 +57,7 @@ BEGIN
         SELECT * INTO r FROM idem_claim('L', lease => '1 hour');
         SELECT * INTO r FROM idem_claim('L');
         lines := lines || format('leased L: %s %s retry_after %s', r.outcome, r.status,
-                                 r.retry_after > interval '59 minutes');
+                                 r.retry_after = interval '1 second');
         INSERT INTO idempotent_record (key, status, result, fence, created_at, updated_at, expires_at)
         VALUES ('old', 'succeeded', '{"old": true}', 4, now() - interval '2 days', now(), now() - interval '1 day');
         SELECT * INTO r FROM idem_claim('old');

@@ -225,13 +225,13 @@ SELECT count(*) AS records, md5(string_agg(format('%s|%s|%s|%s|%s|%s|%s|%s|%s', 
 
 -- revoking EXECUTE from PUBLIC takes the functions away from a role that
 -- has table privileges (for deployments that grant them one by one)
-REVOKE EXECUTE ON FUNCTION idem_claim(text, text, bytea, interval, boolean, interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idem_claim(text, text, bytea, interval, boolean, interval, interval) FROM PUBLIC;
 GRANT SELECT, INSERT, UPDATE, DELETE ON idempotent_record TO regress_sec_nobody;
 SET ROLE regress_sec_nobody;
 SELECT * FROM idem_claim('brand-new');
 :sqlstate
 RESET ROLE;
-GRANT EXECUTE ON FUNCTION idem_claim(text, text, bytea, interval, boolean, interval) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION idem_claim(text, text, bytea, interval, boolean, interval, interval) TO PUBLIC;
 
 -------------------------------------------------------------------------------
 -- Clean up

@@ -20,7 +20,8 @@
 /* Argument numbers of idem_claim */
 enum
 {
-	CLAIM_KEY, CLAIM_SCOPE, CLAIM_FINGERPRINT, CLAIM_TTL, CLAIM_WAIT, CLAIM_LEASE
+	CLAIM_KEY, CLAIM_SCOPE, CLAIM_FINGERPRINT, CLAIM_TTL, CLAIM_WAIT, CLAIM_LEASE,
+	CLAIM_WAIT_FOR_OUTCOME		/* from version 1.1 of the SQL objects */
 };
 
 static void
@@ -102,6 +103,9 @@ typedef struct ClaimAnswer
 	int64		fence;
 	char	   *recovery_point;
 	Interval   *retry_after;
+	bool		awaits_outcome; /* a committed holder will record one */
+	TimestampTz lease_end;		/* when awaits_outcome: end of its lease, or
+								 * DT_NOEND */
 } ClaimAnswer;
 
 static bool
@@ -114,6 +118,7 @@ answer_from_record(ClaimAnswer *a, ClaimOutcome outcome, const IdemRecord *rec)
 	a->fence = rec->fence;
 	a->recovery_point = rec->recovery_point;
 	a->retry_after = NULL;
+	a->awaits_outcome = false;
 	return true;
 }
 
@@ -133,6 +138,7 @@ answer_claimed(ClaimAnswer *a, const IdemKey *id, const IdemClaimSpec *t,
 	a->fence = fence;
 	a->recovery_point = recovery_point;
 	a->retry_after = NULL;
+	a->awaits_outcome = false;
 	if (!t->leased)
 		claims_add(id, fence);
 	return true;
@@ -262,7 +268,10 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 			return answer_from_record(a, OUTCOME_REPLAY, &rec);
 		case IDEM_UNKNOWN:
 			/* waits for a reconciler to record the outcome */
-			return answer_from_record(a, OUTCOME_IN_PROGRESS, &rec);
+			answer_from_record(a, OUTCOME_IN_PROGRESS, &rec);
+			a->awaits_outcome = true;
+			a->lease_end = DT_NOEND;
+			return true;
 		case IDEM_IN_PROGRESS:
 			break;
 	}
@@ -270,9 +279,13 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 	if (rec.has_lease && rec.locked_until > t.now)
 	{
 		answer_from_record(a, OUTCOME_IN_PROGRESS, &rec);
-		a->retry_after = DatumGetIntervalP(DirectFunctionCall2(timestamp_mi,
-															   TimestampTzGetDatum(rec.locked_until),
-															   TimestampTzGetDatum(t.now)));
+		a->awaits_outcome = true;
+		a->lease_end = rec.locked_until;
+		/* the lease time left when that is short, else the hint */
+		if (rec.locked_until - t.now < (int64) idem_retry_after * 1000)
+			a->retry_after = DatumGetIntervalP(DirectFunctionCall2(timestamp_mi,
+																   TimestampTzGetDatum(rec.locked_until),
+																   TimestampTzGetDatum(t.now)));
 		return true;
 	}
 
@@ -344,6 +357,9 @@ idem_claim(PG_FUNCTION_ARGS)
 	ClaimLoop	loop = {0};
 	ClaimAnswer a;
 	IdemClaimSpec t;
+	bool		waits = PG_NARGS() > CLAIM_WAIT_FOR_OUTCOME &&
+		!PG_ARGISNULL(CLAIM_WAIT_FOR_OUTCOME);
+	TimestampTz wait_end = 0;
 	ClaimResultType *rt = claim_result_type(fcinfo);
 	Datum		values[6];
 	bool		nulls[6] = {false};
@@ -352,15 +368,37 @@ idem_claim(PG_FUNCTION_ARGS)
 	require_read_write("idem_claim");
 	loop.wait = PG_GETARG_BOOL(CLAIM_WAIT);
 	claim_times(fcinfo, &t);	/* check ttl and lease before anything */
+	if (waits)
+	{
+		wait_end = interval_end(fcinfo, CLAIM_WAIT_FOR_OUTCOME,
+								"wait_for_outcome", t.now);
+		outcome_wait_require();
+	}
 	if (t.leased)
 		require_own_transaction(&id);
 
 	store_begin(fcinfo->flinfo->fn_oid, !loop.wait);
-	while (!claim_attempt(fcinfo, &id, fingerprint, &loop, &a))
-		CHECK_FOR_INTERRUPTS();
+	for (;;)
+	{
+		while (!claim_attempt(fcinfo, &id, fingerprint, &loop, &a))
+			CHECK_FOR_INTERRUPTS();
+		if (!waits || !a.awaits_outcome || GetCurrentTimestamp() >= wait_end)
+			break;
+		/* woken by a commit of an outcome, at the lease's end, or the bound */
+		outcome_wait_sleep(&id, Min(wait_end, a.lease_end));
+	}
+	if (waits)
+		outcome_wait_end();
 	store_end();
 	idem_count(a.outcome == OUTCOME_CLAIMED ? IDEM_COUNT_CLAIMS :
 			   a.outcome == OUTCOME_REPLAY ? IDEM_COUNT_REPLAYS : IDEM_COUNT_IN_PROGRESS);
+
+	/* every in_progress answer says when to retry */
+	if (a.outcome == OUTCOME_IN_PROGRESS && a.retry_after == NULL)
+	{
+		a.retry_after = palloc0(sizeof(Interval));
+		a.retry_after->time = (int64) idem_retry_after * 1000;	/* ms to us */
+	}
 
 	values[0] = CStringGetTextDatum(outcome_names[a.outcome]);
 	if (a.has_record)

@@ -29,6 +29,7 @@
 extern int	idem_default_ttl;		/* seconds */
 extern int	idem_max_key_length;	/* characters */
 extern bool idem_direct_access;	/* record_direct.c may serve the store */
+extern int	idem_retry_after;		/* milliseconds */
 
 /* Record status: same labels as the SQL enum idem_status */
 typedef enum IdemStatus
@@ -237,6 +238,16 @@ typedef enum IdemCounter
 } IdemCounter;
 
 extern void stats_init(void);
+
+/*
+ * outcome_wait.c: a claim of a key held by a lease may wait for its outcome
+ * (idem_claim's wait_for_outcome); outcome writers wake it at commit.
+ */
+extern void outcome_wait_init(void);
+extern void outcome_wait_require(void);
+extern void outcome_wait_wake_at_commit(const IdemKey *id);
+extern void outcome_wait_sleep(const IdemKey *id, TimestampTz until);
+extern void outcome_wait_end(void);
 extern void idem_count(IdemCounter c);
 extern void idem_count_n(IdemCounter c, uint64 n);
 

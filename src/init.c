@@ -15,6 +15,7 @@ PG_MODULE_MAGIC;
 int			idem_default_ttl = 86400;
 int			idem_max_key_length = 255;
 bool		idem_direct_access = true;
+int			idem_retry_after = 1000;
 
 void		_PG_init(void);
 
@@ -48,9 +49,19 @@ _PG_init(void)
 							 0,
 							 NULL, NULL, NULL);
 
+	DefineCustomIntVariable("idempotency.retry_after",
+							"retry_after of an in_progress answer whose holder may take longer.",
+							"idem_claim answers in_progress with the lease time left when that is shorter, else with this.",
+							&idem_retry_after,
+							1000, 1, INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("idempotency");
 
 	claims_register_callbacks();
 	store_register_callbacks();	/* nested store brackets, table lookup */
 	stats_init();				/* shared counters, when preloaded */
+	outcome_wait_init();		/* wakeups of wait_for_outcome, when preloaded */
 }

@@ -161,6 +161,8 @@ record_outcome(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 	if (!done)
 		explain_refusal(id, fence, fn);
 	store_end();
+	if (kind != RECORD_UNKNOWN)
+		outcome_wait_wake_at_commit(id);
 
 	if (held != NULL)
 		claims_mark_finished(held);

@@ -1,4 +1,4 @@
--- surface.sql — the public surface of idempotency 1.0, as the README states
+-- surface.sql — the public surface of idempotency 1.1, as the README states
 -- it: the idem_status enum, the idempotent_record table, the functions with
 -- their signatures, strictness, volatility and security, pg_dump
 -- registration and the comments on every object.
@@ -60,14 +60,15 @@ SELECT col_is_pk('idempotent_record', ARRAY['scope', 'key'], 'the primary key of
 -------------------------------------------------------------------------------
 -- Functions: existence, signature, return type
 -------------------------------------------------------------------------------
-SELECT has_function('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean', 'interval'],
-    'function idem_claim(text, text, bytea, interval, boolean, interval) exists');
-SELECT function_returns('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean', 'interval'], 'idem_claim_result',
+SELECT has_function('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean', 'interval', 'interval'],
+    'function idem_claim(text, text, bytea, interval, boolean, interval, interval) exists');
+SELECT function_returns('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean', 'interval', 'interval'], 'idem_claim_result',
     'idem_claim returns an idem_claim_result');
-SELECT is(pg_get_function_arguments('idem_claim(text, text, bytea, interval, boolean, interval)'::regprocedure),
+SELECT is(pg_get_function_arguments('idem_claim(text, text, bytea, interval, boolean, interval, interval)'::regprocedure),
     'key text, scope text DEFAULT ''''::text, fingerprint bytea DEFAULT NULL::bytea, '
-    'ttl interval DEFAULT NULL::interval, wait boolean DEFAULT true, lease interval DEFAULT NULL::interval',
-    'idem_claim takes (key, scope => '''', fingerprint => NULL, ttl => NULL, wait => true, lease => NULL)');
+    'ttl interval DEFAULT NULL::interval, wait boolean DEFAULT true, lease interval DEFAULT NULL::interval, '
+    'wait_for_outcome interval DEFAULT NULL::interval',
+    'idem_claim takes (key, scope => '''', fingerprint => NULL, ttl => NULL, wait => true, lease => NULL, wait_for_outcome => NULL)');
 SELECT is(
     (SELECT pg_catalog.string_agg(a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum)
        FROM pg_catalog.pg_attribute a
@@ -110,7 +111,7 @@ SELECT is(pg_get_function_arguments('idem_fingerprint(jsonb)'::regprocedure),
 -------------------------------------------------------------------------------
 -- Not STRICT: a NULL argument raises 22004, never silently returns NULL
 -------------------------------------------------------------------------------
-SELECT isnt_strict('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean', 'interval'],
+SELECT isnt_strict('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean', 'interval', 'interval'],
     'idem_claim is not STRICT');
 SELECT isnt_strict('idem_finish', ARRAY['text', 'jsonb', 'text', 'bigint'],
     'idem_finish is not STRICT');
@@ -124,7 +125,7 @@ SELECT isnt_strict('idem_fingerprint', ARRAY['jsonb'],
 -------------------------------------------------------------------------------
 -- Volatility
 -------------------------------------------------------------------------------
-SELECT volatility_is('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean', 'interval'], 'volatile',
+SELECT volatility_is('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean', 'interval', 'interval'], 'volatile',
     'idem_claim is VOLATILE');
 SELECT volatility_is('idem_finish', ARRAY['text', 'jsonb', 'text', 'bigint'], 'volatile',
     'idem_finish is VOLATILE');
@@ -138,7 +139,7 @@ SELECT volatility_is('idem_fingerprint', ARRAY['jsonb'], 'immutable',
 -------------------------------------------------------------------------------
 -- No SECURITY DEFINER: the functions run with the caller's privileges and RLS
 -------------------------------------------------------------------------------
-SELECT isnt_definer('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean', 'interval'],
+SELECT isnt_definer('idem_claim', ARRAY['text', 'text', 'bytea', 'interval', 'boolean', 'interval', 'interval'],
     'idem_claim is not SECURITY DEFINER');
 SELECT isnt_definer('idem_finish', ARRAY['text', 'jsonb', 'text', 'bigint'],
     'idem_finish is not SECURITY DEFINER');
@@ -168,11 +169,12 @@ SELECT is(octet_length(idem_fingerprint('{}')), 32,
 SELECT results_eq(
     $$SELECT name::text, boot_val, unit, min_val, max_val, context
         FROM pg_catalog.pg_settings
-       WHERE name IN ('idempotency.default_ttl', 'idempotency.max_key_length')
+       WHERE name IN ('idempotency.default_ttl', 'idempotency.max_key_length', 'idempotency.retry_after')
        ORDER BY name$$,
     $$VALUES ('idempotency.default_ttl', '86400', 's', '1', '2147483647', 'user'),
-             ('idempotency.max_key_length', '255', NULL, '1', '1024', 'user')$$,
-    'settings: default_ttl 86400 s (1 s .. 68 years), max_key_length 255 (1 .. 1024), both settable per session');
+             ('idempotency.max_key_length', '255', NULL, '1', '1024', 'user'),
+             ('idempotency.retry_after', '1000', 'ms', '1', '2147483647', 'user')$$,
+    'settings: default_ttl 86400 s (1 s .. 68 years), max_key_length 255 (1 .. 1024), retry_after 1000 ms, all settable per session');
 
 -------------------------------------------------------------------------------
 -- Membership of the extension and pg_dump registration
@@ -185,7 +187,7 @@ SELECT set_has(
          AND d.refobjid = (SELECT oid FROM pg_catalog.pg_extension WHERE extname = 'idempotency')
          AND d.deptype = 'e'$$,
     $$VALUES ('type idem_status'), ('type idem_claim_result'), ('table idempotent_record'),
-             ('function idem_claim(text,text,bytea,interval,boolean,interval)'),
+             ('function idem_claim(text,text,bytea,interval,boolean,interval,interval)'),
              ('function idem_finish(text,jsonb,text,bigint)'),
              ('function idem_fail(text,jsonb,boolean,text,bigint)'),
              ('function idem_lookup(text,text)'),
@@ -217,7 +219,7 @@ SELECT is_empty(
          AND a.attnum > 0 AND NOT a.attisdropped
          AND pg_catalog.col_description(a.attrelid, a.attnum) IS NULL$$,
     'every column of idempotent_record has a COMMENT');
-SELECT isnt(obj_description('idem_claim(text, text, bytea, interval, boolean, interval)'::regprocedure, 'pg_proc'), NULL,
+SELECT isnt(obj_description('idem_claim(text, text, bytea, interval, boolean, interval, interval)'::regprocedure, 'pg_proc'), NULL,
     'function idem_claim has a COMMENT');
 SELECT isnt(obj_description('idem_finish(text, jsonb, text, bigint)'::regprocedure, 'pg_proc'), NULL,
     'function idem_finish has a COMMENT');

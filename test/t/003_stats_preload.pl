@@ -1,7 +1,8 @@
-# idempotency_stats needs shared memory: without shared_preload_libraries
-# the view and the reset raise 55000 with a hint, and the functions work
-# without counting; with it, the counters count across sessions and start
-# from zero after a restart.
+# idempotency_stats and idem_claim's wait_for_outcome need shared memory:
+# without shared_preload_libraries the view, the reset and a waiting claim
+# raise 55000 with a hint (the claim before writing anything), and the
+# functions work without counting; with it, the counters count across
+# sessions and start from zero after a restart.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -30,6 +31,15 @@ foreach my $sql ('SELECT * FROM idempotency_stats', 'SELECT idem_stats_reset()')
 		'... with 55000 object_not_in_prerequisite_state');
 	like($err, qr/HINT:  Add idempotency to shared_preload_libraries/,
 		'... and a hint to preload the library');
+}
+{
+	my ($rc, $out, $err) = $node->psql('postgres',
+		"\\set VERBOSITY verbose\nSELECT * FROM idem_claim('w', lease => '1 minute', wait_for_outcome => '1 second')");
+	isnt($rc, 0, 'a claim with wait_for_outcome fails without shared_preload_libraries');
+	like($err, qr/ERROR:  55000: wait_for_outcome needs the idempotency library preloaded/,
+		'... with 55000 object_not_in_prerequisite_state');
+	is($node->safe_psql('postgres', 'SELECT count(*) FROM idempotent_record'), '0',
+		'... before writing anything');
 }
 like($node->safe_psql('postgres', $claim), qr/^claimed$/m,
 	'without preloading, claims work (counting is a no-op)');

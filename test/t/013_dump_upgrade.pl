@@ -227,6 +227,32 @@ sub upgrade_path_check
 my $db;
 $db = upgrade_path_check($_) for @versions;
 
+# privileges_check(version): a deployment's own privileges on idem_claim
+# (which 1.1 replaces) survive the update, and pg_dump still dumps them
+# (they must not become initial privileges of the extension)
+sub privileges_check
+{
+	my ($version) = @_;
+	my $db = "privileges_from_$version";
+	$db =~ s/\W/_/g;
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db, qq{
+		CREATE EXTENSION idempotency VERSION '$version';
+		DO \$\$ BEGIN CREATE ROLE upgrade_app; EXCEPTION WHEN duplicate_object THEN NULL; END \$\$;
+		REVOKE EXECUTE ON FUNCTION idem_claim FROM PUBLIC;
+		GRANT EXECUTE ON FUNCTION idem_claim TO upgrade_app;
+		ALTER EXTENSION idempotency UPDATE;});
+	is($node->safe_psql($db, q{
+		SELECT has_function_privilege('upgrade_app', p.oid, 'EXECUTE') || ' ' ||
+		       has_function_privilege('public', p.oid, 'EXECUTE')
+		  FROM pg_proc p WHERE p.proname = 'idem_claim'}),
+		'true false', "from $version: the privileges granted on idem_claim survive the update");
+	my ($dump) = run_command([ 'pg_dump', '--schema-only', '-d', $node->connstr($db) ]);
+	like($dump, qr/GRANT ALL ON FUNCTION public\.idem_claim\(.*\) TO upgrade_app;/,
+		"from $version: pg_dump still dumps them");
+}
+privileges_check($_) for grep { $_ ne $default_version } @versions;
+
 # the comparison notices a difference: take one function out of the
 # extension and compare again
 $node->safe_psql($db, 'ALTER EXTENSION idempotency DROP FUNCTION idem_fingerprint(jsonb)');
