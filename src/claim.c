@@ -333,19 +333,26 @@ claim_result_type(FunctionCallInfo fcinfo)
 
 /*
  * idem_claim(key text, scope text, fingerprint bytea, ttl interval,
- *			  wait boolean, lease interval) RETURNS (outcome, status, result,
- *			  fence, recovery_point, retry_after)
+ *			  wait boolean, lease interval, wait_for_outcome interval)
+ *			  RETURNS (outcome, status, result, fence, recovery_point,
+ *			  retry_after)
  *	  Claim (scope, key), or learn what to replay.  Without a lease the
  *	  claim belongs to the caller's transaction (commit guard); with one it
  *	  commits on its own and holds the key until locked_until.  result:
  *	  what a replay answers, and for a takeover or in_progress the last
- *	  retryable error (or unknown detail) the record keeps.  ttl and lease
- *	  are fixed durations (interval_end).  Errors: IK001 fingerprint
- *	  mismatch, 25001 leased claim inside a transaction block,
- *	  subtransaction or pipeline, 22004 NULL key, scope or wait, 22023
- *	  empty/over-long key or scope, non-positive ttl or lease, 22008 ttl or
- *	  lease too long, 25006 read-only transaction or standby; 40001 and
- *	  40P01 come from the unique index as for INSERT ... ON CONFLICT.
+ *	  retryable error (or unknown detail) the record keeps.  retry_after
+ *	  of an in_progress answer: the lease time left when shorter than
+ *	  idempotency.retry_after (ms), else that.  wait_for_outcome (from
+ *	  version 1.1; NULL: none) lets a claim of a key held by a live lease or
+ *	  awaiting reconciliation wait that long for the outcome
+ *	  (outcome_wait.c).  ttl, lease and wait_for_outcome are fixed
+ *	  durations (interval_end).  Errors: IK001 fingerprint mismatch, 25001
+ *	  leased claim inside a transaction block, subtransaction or pipeline,
+ *	  22004 NULL key, scope or wait, 22023 empty/over-long key or scope,
+ *	  non-positive ttl, lease or wait_for_outcome, 22008 one of them too
+ *	  long, 55000 wait_for_outcome without the library preloaded, 25006
+ *	  read-only transaction or standby, 57014 canceled while waiting; 40001
+ *	  and 40P01 come from the unique index as for INSERT ... ON CONFLICT.
  */
 PG_FUNCTION_INFO_V1(idem_claim);
 Datum

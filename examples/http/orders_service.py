@@ -18,13 +18,16 @@ Two modes (?mode=...):
                         and the response commit later with the claim's
                         fence, after a call to a payment provider (delay=
                         seconds, to simulate a slow one); a retry after the
-                        lease takes the key over
+                        lease takes the key over; a duplicate may wait up
+                        to wait= seconds for the first request's response
+                        (wait_for_outcome) instead of getting 409
 
 Run: ORDERS_DSN='host=/path port=5432 dbname=shop' python3 orders_service.py 8080
 The database needs the extension and:
   CREATE TABLE orders (id bigserial PRIMARY KEY, idempotency_key text UNIQUE,
                        sku text, qty int);
 """
+import datetime
 import json
 import os
 import sys
@@ -60,7 +63,7 @@ def answer(row):
     outcome, result, retry_after = row
     if outcome == "replay":
         raise Reply(result["status"], result["body"], [("Idempotent-Replayed", "true")])
-    seconds = max(1, int(retry_after.total_seconds() + 0.999)) if retry_after else 1
+    seconds = max(1, int(retry_after.total_seconds() + 0.999))  # set for every in_progress
     raise Reply(409, json.dumps({"error": "a request with this key is in progress"}),
                 [("Retry-After", str(seconds))])
 
@@ -77,12 +80,14 @@ def in_transaction(conn, key, raw, order):
     return json.loads(response)
 
 
-def leased(conn, key, raw, order, lease, delay):
+def leased(conn, key, raw, order, lease, delay, wait):
     with conn.cursor() as cur:
-        # autocommit: the claim is a statement of its own and commits now
+        # autocommit: the claim is a statement of its own and commits now;
+        # a duplicate waits up to wait seconds for the outcome (None: not at all)
         cur.execute("SELECT outcome, result, retry_after, fence FROM idem_claim(%s,"
                     " fingerprint => idem_fingerprint(%s::jsonb), wait => false,"
-                    " lease => make_interval(secs => %s))", (key, raw, lease))
+                    " lease => make_interval(secs => %s), wait_for_outcome => %s)",
+                    (key, raw, lease, datetime.timedelta(seconds=wait) if wait > 0 else None))
         outcome, result, retry_after, fence = cur.fetchone()
         if outcome != "claimed":
             answer((outcome, result, retry_after))
@@ -112,7 +117,8 @@ class Handler(BaseHTTPRequestHandler):
             with pool.connection() as conn:
                 if query.get("mode", ["transaction"])[0] == "leased":
                     stored = leased(conn, key, raw, order, float(query.get("lease", ["30"])[0]),
-                                    float(query.get("delay", ["0"])[0]))
+                                    float(query.get("delay", ["0"])[0]),
+                                    float(query.get("wait", ["0"])[0]))
                 else:
                     stored = in_transaction(conn, key, raw, order)
             raise Reply(stored["status"], stored["body"])
