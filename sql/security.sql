@@ -29,7 +29,7 @@ SELECT c.relname, coalesce(c.reloptions, '{}') AS options
  ORDER BY c.relname;
 
 -------------------------------------------------------------------------------
--- Row level security on scope (the policy of README "Operations"): one
+-- Row level security on scope (the policy of docs/operations.md): one
 -- application role, the tenant in a setting
 -------------------------------------------------------------------------------
 CREATE ROLE regress_sec_app;

@@ -1,4 +1,4 @@
--- Time (README "Time"): a ttl or lease is a fixed duration, the seconds
+-- Time (docs/concepts.md "Time"): a ttl or lease is a fixed duration, the seconds
 -- extract(epoch FROM it) gives (a day is 24 hours, a month 30 days, a year
 -- 365.25 days), added to the server clock.  Stored times and lengths, and
 -- the retention an outcome restarts, are the same whatever the session's

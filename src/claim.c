@@ -2,8 +2,9 @@
  * claim.c
  *	  idem_claim, in both modes (in-transaction and leased), and idem_lookup.
  *
- * Semantics follow the README ("Outcomes") and the IETF Idempotency-Key draft: the first
- * request with a key does the work, every duplicate gets the first outcome.
+ * Semantics follow docs/concepts.md ("Outcomes") and the IETF
+ * Idempotency-Key draft: the first request with a key does the work, every
+ * duplicate gets the first outcome.
  * Concurrency is left to the primary key, as with INSERT ... ON CONFLICT: a
  * duplicate waits for an uncommitted claim and then replays or claims.
  */

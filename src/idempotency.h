@@ -17,7 +17,7 @@
 
 #include "compat.h"
 
-/* SQLSTATEs of the contract (README "Errors"; HTTP mapping in brackets) */
+/* SQLSTATEs of the contract (README "SQLSTATE to HTTP"; HTTP mapping in brackets) */
 #define ERRCODE_IDEM_FINGERPRINT_MISMATCH	MAKE_SQLSTATE('I','K','0','0','1')	/* 422 */
 #define ERRCODE_IDEM_NOT_HELD				MAKE_SQLSTATE('I','K','0','0','2')	/* 409 */
 #define ERRCODE_IDEM_STALE_FENCE			MAKE_SQLSTATE('I','K','0','0','3')	/* 409 */
