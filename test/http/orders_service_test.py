@@ -153,7 +153,7 @@ try:
     # may wait for the outcome (wait_for_outcome) gets the first response
     # when it commits; both through PgBouncer
     slow = threading.Thread(target=post, args=(PORT + 1, "slow", {"sku": "s", "qty": 1},
-                                               "?mode=leased&lease=30&delay=3"))
+                                               "?mode=leased&lease=30&delay=5"))
     slow.start()
     check(record_in_progress("slow"), "the slow request's claim committed")
     s, h, _ = post(PORT + 1, "slow", {"sku": "s", "qty": 1}, "?mode=leased")
