@@ -1,5 +1,5 @@
 # The README's SQL runs as printed: each ```sql block after a line
-# "<!-- tested by test/t/020_readme.pl -->".  The quick start gives the
+# "<!-- tested by test/t/021_readme.pl -->".  The quick start gives the
 # answers its comments state; the grants of the install checklist are
 # enough for an application role to claim, finish and use tokens and for a
 # maintenance role to purge, and without them the application role gets
@@ -12,7 +12,7 @@ use Test::More;
 
 my $readme = slurp_file("$ENV{TESTDIR}/README.md");
 my @blocks;
-while ($readme =~ /<!-- tested by test\/t\/020_readme\.pl -->\n[ \t]*```sql\n(.*?)\n[ \t]*```/sg)
+while ($readme =~ /<!-- tested by test\/t\/021_readme\.pl -->\n[ \t]*```sql\n(.*?)\n[ \t]*```/sg)
 {
 	(my $sql = $1) =~ s/^ {3}//mg;    # a block indented in a list item
 	push @blocks, $sql;
