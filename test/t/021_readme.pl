@@ -2,7 +2,7 @@
 # "<!-- tested by test/t/021_readme.pl -->".  The quick start gives the
 # answers its comments state; the grants of the install checklist are
 # enough for an application role to claim, finish and use tokens and for a
-# maintenance role to purge, and without them the application role gets
+# maintenance role to purge and reconcile, and without them the application role gets
 # 42501.
 use strict;
 use warnings;
@@ -54,8 +54,8 @@ my $app_work = q{
 	SELECT idem_token_consume(idem_token_issue('form'), 'form');};
 is($node->safe_psql('grants', "SET ROLE app; $app_work"), "claimed\n\nreplay\nt",
 	'install grants: the application role claims, finishes, replays and uses a token');
-is($node->safe_psql('grants', 'SET ROLE maint; SELECT idem_purge(); CALL idem_purge_all();'), '1',
-	'install grants: the maintenance role purges');
+is($node->safe_psql('grants', 'SET ROLE maint; SELECT idem_purge(); CALL idem_purge_all(); SELECT count(*) FROM idem_pending;'),
+	"1\n0", 'install grants: the maintenance role purges and reads idem_pending');
 ($rc, $out, $err) = $node->psql('grants', "SET ROLE stranger; SELECT * FROM idem_claim('k2')");
 like($err, qr/permission denied for table idempotent_record/,
 	'without the grants a role gets 42501');
