@@ -145,11 +145,18 @@ answer_claimed(ClaimAnswer *a, const IdemKey *id, const IdemClaimSpec *t,
 	return true;
 }
 
+/*
+ * in_progress because another transaction is writing the record (wait =>
+ * false): its status and fence are not visible yet.  If that transaction
+ * records an outcome, its commit wakes a claim waiting for one.
+ */
 static bool
 answer_in_progress(ClaimAnswer *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->outcome = OUTCOME_IN_PROGRESS;
+	a->awaits_outcome = true;
+	a->lease_end = DT_NOEND;
 	return true;
 }
 
@@ -332,6 +339,87 @@ claim_result_type(FunctionCallInfo fcinfo)
 	return rt;
 }
 
+/* Attempts until one answers: claimed, replay or in_progress */
+static void
+claim_answer(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
+			 ClaimLoop *loop, ClaimAnswer *a)
+{
+	store_begin(fcinfo->flinfo->fn_oid, !loop->wait);
+	while (!claim_attempt(fcinfo, id, fingerprint, loop, a))
+		CHECK_FOR_INTERRUPTS();
+	store_end();
+}
+
+/*
+ * wait_for_outcome: a waiter must hold no lock while it sleeps, or the
+ * transaction it waits for could wait for it, unseen by the deadlock
+ * detector.  It may not start in a transaction that has written or locked
+ * rows (it has a transaction id), nor under a transaction snapshot, which
+ * could never see the outcome it waits for.
+ */
+static void
+require_waitable_transaction(const IdemKey *id)
+{
+	if (TransactionIdIsValid(GetTopTransactionIdIfAny()))
+		ereport(ERROR,
+				errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				errmsg("wait_for_outcome cannot wait in a transaction that has written or locked rows"),
+				errdetail("Key \"%s\" in scope \"%s\": while waiting, this transaction's locks could block the outcome it waits for, and no deadlock would be detected.",
+						  id->key, id->scope),
+				errhint("Claim with wait_for_outcome before the transaction's first write, or as a statement of its own."));
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				errmsg("wait_for_outcome cannot wait under REPEATABLE READ or SERIALIZABLE"),
+				errdetail("Key \"%s\" in scope \"%s\": the transaction's snapshot could never see the outcome it waits for.",
+						  id->key, id->scope),
+				errhint("Claim with wait_for_outcome in a READ COMMITTED transaction, or retry after retry_after."));
+}
+
+/*
+ * One answer of a claim that may wait, in a subtransaction: rolled back
+ * when the answer is to sleep on, so that no lock taken on the way (a
+ * takeover that lost to another locks the record's newest version) is held
+ * while sleeping; kept otherwise.  Returns whether to sleep.
+ */
+static bool
+claim_answer_or_sleep(FunctionCallInfo fcinfo, const IdemKey *id,
+					  bytea *fingerprint, ClaimLoop *loop, ClaimAnswer *a,
+					  TimestampTz wait_end)
+{
+	MemoryContext context = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool sleeps = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(context);
+	PG_TRY();
+	{
+		claim_answer(fcinfo, id, fingerprint, loop, a);
+		sleeps = a->awaits_outcome && GetCurrentTimestamp() < wait_end;
+		if (sleeps)
+			RollbackAndReleaseCurrentSubTransaction();
+		else
+			ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(context);
+	CurrentResourceOwner = owner;
+	return sleeps;
+}
+
 /*
  * idem_claim(key text, scope text, fingerprint bytea, ttl interval,
  *			  wait boolean, lease interval, wait_for_outcome interval)
@@ -351,7 +439,9 @@ claim_result_type(FunctionCallInfo fcinfo)
  *	  leased claim inside a transaction block, subtransaction or pipeline,
  *	  22004 NULL key, scope or wait, 22023 empty/over-long key or scope,
  *	  non-positive ttl, lease or wait_for_outcome, 22008 one of them too
- *	  long, 55000 wait_for_outcome without the library preloaded, 25006
+ *	  long, 55000 wait_for_outcome without the library preloaded, 25001
+ *	  also wait_for_outcome in a transaction that has written or locked
+ *	  rows, 0A000 wait_for_outcome under a transaction snapshot, 25006
  *	  read-only transaction or standby, 57014 canceled while waiting; 40001
  *	  and 40P01 come from the unique index as for INSERT ... ON CONFLICT.
  */
@@ -381,23 +471,26 @@ idem_claim(PG_FUNCTION_ARGS)
 		wait_end = interval_end(fcinfo, CLAIM_WAIT_FOR_OUTCOME,
 								"wait_for_outcome", t.now);
 		outcome_wait_require();
+		require_waitable_transaction(&id);
 	}
 	if (t.leased)
 		require_own_transaction(&id);
 
-	store_begin(fcinfo->flinfo->fn_oid, !loop.wait);
-	for (;;)
+	if (!waits)
+		claim_answer(fcinfo, &id, fingerprint, &loop, &a);
+	else
 	{
-		while (!claim_attempt(fcinfo, &id, fingerprint, &loop, &a))
-			CHECK_FOR_INTERRUPTS();
-		if (!waits || !a.awaits_outcome || GetCurrentTimestamp() >= wait_end)
-			break;
 		/* woken by a commit of an outcome, at the lease's end, or the bound */
-		outcome_wait_sleep(&id, Min(wait_end, a.lease_end));
+		for (;;)
+		{
+			uint64		generation = outcome_wait_generation(&id);
+
+			if (!claim_answer_or_sleep(fcinfo, &id, fingerprint, &loop, &a,
+									   wait_end))
+				break;
+			outcome_wait_sleep(&id, generation, Min(wait_end, a.lease_end));
+		}
 	}
-	if (waits)
-		outcome_wait_end();
-	store_end();
 	idem_count(a.outcome == OUTCOME_CLAIMED ? IDEM_COUNT_CLAIMS :
 			   a.outcome == OUTCOME_REPLAY ? IDEM_COUNT_REPLAYS : IDEM_COUNT_IN_PROGRESS);
 

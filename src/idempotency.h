@@ -246,8 +246,9 @@ extern void stats_init(void);
 extern void outcome_wait_init(void);
 extern void outcome_wait_require(void);
 extern void outcome_wait_wake_at_commit(const IdemKey *id);
-extern void outcome_wait_sleep(const IdemKey *id, TimestampTz until);
-extern void outcome_wait_end(void);
+extern uint64 outcome_wait_generation(const IdemKey *id);
+extern void outcome_wait_sleep(const IdemKey *id, uint64 generation,
+							   TimestampTz until);
 extern void idem_count(IdemCounter c);
 extern void idem_count_n(IdemCounter c, uint64 n);
 

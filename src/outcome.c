@@ -290,5 +290,7 @@ idem_extend_lease(PG_FUNCTION_ARGS)
 	if (!store_extend_lease(&id, fence, locked_until, now))
 		explain_refusal(&id, fence, "idem_extend_lease");
 	store_end();
+	/* waiters sleep until the lease's end: a shorter one must wake them */
+	outcome_wait_wake_at_commit(&id);
 	PG_RETURN_TIMESTAMPTZ(locked_until);
 }

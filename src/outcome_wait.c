@@ -8,7 +8,11 @@
  * The condition variables are a fixed array; a key maps to one of them by a
  * hash of (scope, key).  Keys that share one wake each other's waiters,
  * which then read their record again and sleep on: a wakeup is a hint, the
- * record is the answer.  The array exists only when the library is in
+ * record is the answer.  Each variable has a generation, which a commit
+ * advances before it broadcasts: a waiter reads the generation before it
+ * reads its record and sleeps only while the generation is unchanged, so a
+ * commit between the two is never missed (the read runs in a subtransaction
+ * whose rollback leaves the variable's wait list).  The array exists only when the library is in
  * shared_preload_libraries; without it a wait is refused with 55000.
  *
  * A transaction remembers which variables to wake and wakes them after it
@@ -33,6 +37,7 @@
 typedef struct OutcomeWaitShared
 {
 	ConditionVariable slots[OUTCOME_WAIT_SLOTS];
+	pg_atomic_uint64 generation[OUTCOME_WAIT_SLOTS];
 } OutcomeWaitShared;
 
 /* NULL unless the library was preloaded */
@@ -67,7 +72,10 @@ outcome_wait_shmem_startup(void)
 							 sizeof(OutcomeWaitShared), &found);
 	if (!found)
 		for (int i = 0; i < OUTCOME_WAIT_SLOTS; i++)
+		{
 			ConditionVariableInit(&shared->slots[i]);
+			pg_atomic_init_u64(&shared->generation[i], 0);
+		}
 	LWLockRelease(AddinShmemInitLock);
 	outcome_wait_shared = shared;
 }
@@ -93,7 +101,10 @@ outcome_wait_xact_callback(XactEvent event, void *arg)
 	{
 		for (int i = 0; i < OUTCOME_WAIT_SLOTS; i++)
 			if (slots_to_wake[i / 64] & (UINT64CONST(1) << (i % 64)))
+			{
+				pg_atomic_fetch_add_u64(&outcome_wait_shared->generation[i], 1);
 				ConditionVariableBroadcast(&outcome_wait_shared->slots[i]);
+			}
 	}
 	else if (event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT &&
 			 event != XACT_EVENT_PREPARE)
@@ -147,25 +158,34 @@ outcome_wait_wake_at_commit(const IdemKey *id)
 	wake_pending = true;
 }
 
+/* The generation of id's variable: read it before reading the record */
+uint64
+outcome_wait_generation(const IdemKey *id)
+{
+	return pg_atomic_read_u64(&outcome_wait_shared->generation[slot_of(id)]);
+}
+
 /*
  * Sleep until a transaction that recorded an outcome for a key of id's
- * slot commits, until the server clock reaches until, or until
- * interrupted.  The first call of a wait only prepares it and returns at
- * once, so that the caller reads the record once more after joining the
- * wait list: no commit between that read and the sleep is missed.
+ * variable commits after generation was read, until the server clock
+ * reaches until, or until interrupted (57014 and the like, raised here).
  */
 void
-outcome_wait_sleep(const IdemKey *id, TimestampTz until)
+outcome_wait_sleep(const IdemKey *id, uint64 generation, TimestampTz until)
 {
-	ConditionVariable *cv = &outcome_wait_shared->slots[slot_of(id)];
-	long		ms = 1 + (long) Min((until - GetCurrentTimestamp()) / 1000, (int64) 60000);
+	int			slot = slot_of(id);
+	ConditionVariable *cv = &outcome_wait_shared->slots[slot];
 
-	(void) ConditionVariableTimedSleep(cv, Max(ms, 1), PG_WAIT_EXTENSION);
-}
+	ConditionVariablePrepareToSleep(cv);
+	while (pg_atomic_read_u64(&outcome_wait_shared->generation[slot]) == generation)
+	{
+		int64		ms = (until - GetCurrentTimestamp() + 999) / 1000;
 
-/* Leave the wait list; call after the last outcome_wait_sleep */
-void
-outcome_wait_end(void)
-{
+		if (ms <= 0 ||
+			ConditionVariableTimedSleep(cv, (long) Min(ms, (int64) 60000),
+										PG_WAIT_EXTENSION))
+			break;
+	}
 	ConditionVariableCancelSleep();
 }
+

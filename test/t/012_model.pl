@@ -282,12 +282,13 @@ sub write_row
 
 sub fp_text { my ($fp) = @_; return defined $fp ? "\\x0$fp" : '' }
 
-# outcome|status|result|fence|recovery_point|retry hint|its length
+# outcome|status|result|fence|recovery_point|retry hint|its length: every
+# in_progress answer has a retry hint (the lease time left or 1 s)
 sub claim_answer
 {
-	my ($outcome, $r, $retry) = @_;
+	my ($outcome, $r) = @_;
 	return join '|', $outcome, $r ? ($r->{status}, $r->{result} // '', $r->{fence}, $r->{rp} // '') : ('', '', '', ''),
-	  $retry ? ('t', '*') : ('f', '');
+	  $outcome eq 'in_progress' ? ('t', '*') : ('f', '');
 }
 
 # Each model call returns (sqlstate, output) and changes the model; what a
@@ -304,7 +305,7 @@ sub m_claim
 	{
 		my $o = $sess[$w]{overlay}{$id};
 		return ('IK001', '') if defined $fp && defined $o->{fp} && $o->{fp} ne $fp;
-		return ('00000', claim_answer('in_progress', undef, 0));
+		return ('00000', claim_answer('in_progress', undef));
 	}
 	my $r = visible($s, $id);
 	my $new = sub {
@@ -315,20 +316,20 @@ sub m_claim
 		write_row($s, $id, $n);
 		$sess[$s]{held}{$id} = { fence => $fence, finished => 0 } unless $lease;
 		$sess[$s]{fences}{$id} = $fence;
-		return ('00000', claim_answer('claimed', $n, 0));
+		return ('00000', claim_answer('claimed', $n));
 	};
 	return $new->(1, $fp, undef, undef) unless $r;
 	my $h = $sess[$s]{held}{$id};
 	if ($h && !$h->{finished})
 	{
 		return ('IK001', '') if defined $fp && defined $r->{fp} && $r->{fp} ne $fp;
-		return ('00000', claim_answer('in_progress', $r, 0));
+		return ('00000', claim_answer('in_progress', $r));
 	}
 	return $new->($r->{fence} + 1, $fp, undef, undef) if expired($r);
 	return ('IK001', '') if defined $fp && defined $r->{fp} && $r->{fp} ne $fp;
-	return ('00000', claim_answer('replay', $r, 0)) if $r->{status} eq 'succeeded' || $r->{status} eq 'failed';
-	return ('00000', claim_answer('in_progress', $r, 0)) if $r->{status} eq 'unknown';
-	return ('00000', claim_answer('in_progress', $r, 1)) if $r->{leased} && $r->{live};
+	return ('00000', claim_answer('replay', $r)) if $r->{status} eq 'succeeded' || $r->{status} eq 'failed';
+	return ('00000', claim_answer('in_progress', $r)) if $r->{status} eq 'unknown';
+	return ('00000', claim_answer('in_progress', $r)) if $r->{leased} && $r->{live};
 	# takeover: the fingerprint stays (or is set), the recovery point and
 	# the last retryable error stay
 	return $new->($r->{fence} + 1, $r->{fp} // $fp, $r->{rp}, $r->{result});

@@ -250,6 +250,9 @@ sub privileges_check
 	my ($dump) = run_command([ 'pg_dump', '--schema-only', '-d', $node->connstr($db) ]);
 	like($dump, qr/GRANT ALL ON FUNCTION public\.idem_claim\(.*\) TO upgrade_app;/,
 		"from $version: pg_dump still dumps them");
+	my ($rc, $out, $err) = $node->psql($db, 'DROP ROLE upgrade_app');
+	like($err, qr/role "upgrade_app" cannot be dropped because some objects depend on it/,
+		"from $version: the grantee's dependency is recorded (DROP ROLE refuses)");
 }
 privileges_check($_) for grep { $_ ne $default_version } @versions;
 
