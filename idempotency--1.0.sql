@@ -232,7 +232,7 @@ AS 'MODULE_PATHNAME', 'idem_shard_probe'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_shard_probe(bigint, text, text) IS
-'internal to idem_claim(wait => false) on a Citus table, run by Citus on the node holding shard (bigint shard id of idempotent_record): {fingerprint} when another transaction, still in progress, writes the record of (scope, key), {} when none does, NULL when the caller may not read the shard directly. Errors: 22004 NULL argument, 42P01 no such shard on this node';
+'internal to idem_claim(wait => false) on a Citus table, run by Citus on the node holding shard (bigint shard id of idempotent_record): {fingerprint} when another transaction, still in progress, writes the record of (scope, key), {} when none does, NULL when the caller may not read the shard directly (row level security). Errors: 22004 NULL argument, 42P01 no such shard on this node, 42501 no SELECT privilege on it';
 
 CREATE FUNCTION @extschema@.idem_purge(batch_size integer DEFAULT 10000)
 RETURNS bigint

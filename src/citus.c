@@ -13,6 +13,7 @@
 #include "catalog/pg_namespace_d.h"
 #include "catalog/pg_type_d.h"
 #include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -106,10 +107,10 @@ idem_check_preload_order(void)
  *	  is another transaction, still in progress, writing the record of
  *	  (scope, key)?  Returns {fingerprint} (an array of one element, NULL
  *	  when that record has none) if so, {} if not, and NULL when the caller
- *	  may not read the shard directly (row level security, privileges).
- *	  idem_claim calls it in a query that Citus routes to the shard;
- *	  callers have no use for it.  Errors: 22004 NULL argument, 42P01 no
- *	  such shard on this node.
+ *	  may not read the shard directly (row level security applies, no USAGE
+ *	  on the schema).  idem_claim calls it in a query that Citus routes to
+ *	  the shard; callers have no use for it.  Errors: 22004 NULL argument,
+ *	  42P01 no such shard on this node, 42501 no SELECT privilege on it.
  */
 PG_FUNCTION_INFO_V1(idem_shard_probe);
 Datum
@@ -141,6 +142,10 @@ idem_shard_probe(PG_FUNCTION_ARGS)
 				errmsg("shard " INT64_FORMAT " of idempotent_record is not on this node", shard),
 				errdetail("No table %s is in the extension's schema here.", name),
 				errhint("idem_claim calls idem_shard_probe in a query that Citus routes to the shard; do not call it directly."));
+
+	/* as the routed SELECT that carries the call would have */
+	if (pg_class_aclcheck(relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, name);
 
 	switch (direct_probe_uncommitted(relid, &id, &fingerprint, CurrentMemoryContext))
 	{

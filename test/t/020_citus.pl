@@ -98,6 +98,9 @@ CREATE TRIGGER orders_status BEFORE UPDATE ON orders FOR EACH ROW
     EXECUTE FUNCTION idem_transition_guard('status', 'new>paid', 'paid>shipped');
 CREATE TRIGGER orders_version BEFORE UPDATE ON orders FOR EACH ROW
     EXECUTE FUNCTION idem_version_guard('version');
+CREATE ROLE regress_app LOGIN;
+GRANT SELECT, INSERT, UPDATE ON idempotent_record, idempotency_token, orders TO regress_app;
+CREATE ROLE regress_nobody LOGIN;
 });
 }
 
@@ -148,6 +151,10 @@ SELECT outcome || ' ' || result::text FROM idem_claim('ord-1', scope => '$s', fi
 			'in_progress', "$label/$scope: wait => false answers in_progress for an uncommitted claim");
 		like(sql_error($nodes->[0], "SELECT idem_claim('dup', scope => '$scope', fingerprint => $other_fp, wait => false)"),
 			qr/IK001/, "$label/$scope: wait => false with another body raises IK001 for an uncommitted claim");
+		is($nodes->[0]->safe_psql('postgres', "SET ROLE regress_app; SELECT outcome FROM idem_claim('dup', scope => '$scope', fingerprint => $fp, wait => false)"),
+			'in_progress', "$label/$scope: ... also for an application role (the probe runs as the caller)");
+		like(sql_error($nodes->[0], "SET ROLE regress_nobody; SELECT idem_claim('dup', scope => '$scope', wait => false)"),
+			qr/42501/, "$label/$scope: a role without privileges gets 42501");
 		send_query($b, "SELECT outcome, result FROM idem_claim('dup', scope => '$scope', fingerprint => $fp);");
 		ok(lock_wait_seen(@$nodes), "$label/$scope: a duplicate waits for the uncommitted claim");
 		$a->query_safe("SELECT idem_finish('dup', '{\"n\": 2}', scope => '$scope')");
