@@ -62,3 +62,56 @@ COMMENT ON FUNCTION @extschema@.idem_claim(text, text, bytea, interval, boolean,
 
 COMMENT ON TYPE @extschema@.idem_claim_result IS
 'the row idem_claim returns: outcome (claimed | replay | in_progress), the record''s status, result (stored result or error of a replay), fence, recovery_point (kept on takeover), retry_after (set for every in_progress answer: the lease time left when shorter than idempotency.retry_after, else idempotency.retry_after; NULL otherwise)';
+
+-------------------------------------------------------------------------------
+-- Citus: idem_pending ordered across shards, the wait => false probe of a
+-- shard, idem_transition on keys of several columns
+-------------------------------------------------------------------------------
+
+-- The view reads the records through a PL/pgSQL function, which the
+-- planner cannot inline: on a Citus table the function's query runs on every
+-- shard and the view then sorts the merged rows, where a sorted subquery
+-- pushed down to the shards would lose its order (and Citus refuses the
+-- parameters of an SQL function).  The clock is read once, in the view.
+CREATE FUNCTION @extschema@.idem_pending_at(at timestamptz)
+RETURNS TABLE (scope text, key text, status @extschema@.idem_status,
+               fence bigint, recovery_point text, detail jsonb,
+               locked_until timestamptz, created_at timestamptz,
+               updated_at timestamptz, expires_at timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT r.scope, r.key, r.status, r.fence, r.recovery_point, r.result,
+           r.locked_until, r.created_at, r.updated_at, r.expires_at
+      FROM ONLY @extschema@.idempotent_record AS r
+     WHERE r.status OPERATOR(pg_catalog.=) 'unknown'::@extschema@.idem_status
+        OR (r.status OPERATOR(pg_catalog.=) 'in_progress'::@extschema@.idem_status
+            AND COALESCE(r.locked_until, r.created_at) OPERATOR(pg_catalog.<=) at);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_pending_at(timestamptz) IS
+'the rows of idem_pending as of time at (timestamptz; the view passes clock_timestamp()), unordered: unknown records and in_progress records whose lease (or, for an in-transaction claim, whose claim time) ended by at. Runs with the caller''s privileges and row level security; no errors of its own';
+
+CREATE OR REPLACE VIEW @extschema@.idem_pending WITH (security_invoker = true) AS
+SELECT p.scope, p.key, p.status, p.fence, p.recovery_point, p.detail,
+       p.locked_until, p.created_at, p.updated_at, p.expires_at
+  FROM @extschema@.idem_pending_at(pg_catalog.clock_timestamp()) AS p
+ ORDER BY p.created_at, p.scope, p.key;
+
+COMMENT ON VIEW @extschema@.idem_pending IS
+'records a reconciliation job must look at, oldest first: status unknown (outcome of an external call unknown; record it with idem_finish or idem_fail and the fence shown) and in_progress records whose lease has ended (their worker is gone; the next claim takes them over). detail is the jsonb given to idem_mark_unknown, or the error of a retryable idem_fail. Runs with the caller''s privileges and row level security';
+
+CREATE FUNCTION @extschema@.idem_shard_probe(shard bigint, scope text, key text)
+RETURNS bytea[]
+AS 'MODULE_PATHNAME', 'idem_shard_probe'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_shard_probe(bigint, text, text) IS
+'internal to idem_claim(wait => false) on a Citus table, run by Citus on the node holding shard (bigint shard id of idempotent_record): {fingerprint} when another transaction, still in progress, writes the record of (scope, key), {} when none does, NULL when the caller may not read the shard directly (row level security). Errors: 22004 NULL argument, 42P01 no such shard on this node, 42501 no SELECT privilege on it';
+
+COMMENT ON FUNCTION @extschema@.idem_transition(regclass, anycompatible, text, text[], name) IS
+'compare-and-set of a status column: locks the row of table rel whose primary key equals id (SELECT ... FOR UPDATE; for a key of several columns, such as (scope, id) on a table distributed by scope, id is ROW(value, ...) in the key''s column order), then returns text applied (it was in one of from_states and is now in to_state), already (it is in to_state: nothing written), rejected (in another state: nothing written) or not_found. status_column (name, default status) is a text, varchar or enum column; id is of the key''s type, a type with an implicit cast to it, or text. Runs with the caller''s privileges and row level security. Errors: 22004 NULL argument or NULL in from_states, 42809 rel is not a table, 42703 no such column, 42804 status column not text/enum or id of another type (or not a row of as many values as the key has columns), 22004 NULL in such a row, 0A000 no primary key, 42501 no UPDATE privilege, 25006 read-only transaction or standby, 22P02 state not a value of the column''s type, 40001 row changed after a REPEATABLE READ/SERIALIZABLE snapshot';

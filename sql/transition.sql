@@ -104,9 +104,26 @@ SELECT idem_transition('tr_named', 1, 'y', ARRAY['x'], 'ctid');
 -- 42804: the status column is not text or an enum
 SELECT idem_transition('tr_named', 1, '1', ARRAY['0'], 'n');
 :sqlstate
--- 0A000: a composite primary key, or none
+-- a primary key of several columns ((scope, id) of a table distributed by
+-- scope): id is a row of the key's values, in the key's column order
 CREATE TABLE tr_composite (a integer, b integer, status text, PRIMARY KEY (a, b));
+INSERT INTO tr_composite VALUES (1, 1, 'y'), (1, 2, 'y'), (2, 1, 'z');
+SELECT idem_transition('tr_composite', ROW(1, 2), 'x', ARRAY['y']);
+SELECT idem_transition('tr_composite', ROW(1, 2), 'x', ARRAY['y']);
+SELECT idem_transition('tr_composite', ROW(2, 1), 'x', ARRAY['y']);
+SELECT idem_transition('tr_composite', ROW(2, 2), 'x', ARRAY['y']);
+-- values of other types as for a single column: implicit casts, text
+SELECT idem_transition('tr_composite', ROW(1::smallint, '1'), 'x', ARRAY['y']);
+TABLE tr_composite ORDER BY a, b;
+-- 42804: not a row, or a row of another length or with an unusable value
 SELECT idem_transition('tr_composite', 1, 'x', ARRAY['y']);
+:sqlstate
+SELECT idem_transition('tr_composite', ROW(1, 2, 3), 'x', ARRAY['y']);
+:sqlstate
+SELECT idem_transition('tr_composite', ROW(1, 2.5), 'x', ARRAY['y']);
+:sqlstate
+-- 22004: a NULL in the row
+SELECT idem_transition('tr_composite', ROW(1, NULL::integer), 'x', ARRAY['y']);
 :sqlstate
 CREATE TABLE tr_nopk (id integer UNIQUE, status text);
 SELECT idem_transition('tr_nopk', 1, 'x', ARRAY['y']);

@@ -163,6 +163,13 @@ extern DirectAnswer direct_set_outcome(Oid relid, const IdemKey *id,
 									   int64 fence, IdemStatus status,
 									   Jsonb *result, TimestampTz now);
 
+/* citus.c: Citus tables and the preload order (see there) */
+extern bool idem_citus_table(Oid relid);
+extern void idem_check_preload_order(void);
+extern int64 idem_purge_by_scope(SavedPlans *set, int scopes_plan,
+								 int scope_plan, Oid namespace,
+								 TimestampTz now, int32 batch_size);
+
 /* tokens.c: expired single-use tokens, for idem_purge */
 extern int64 tokens_purge(Oid fn, TimestampTz now, int32 batch_size);
 

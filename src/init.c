@@ -22,6 +22,9 @@ void		_PG_init(void);
 void
 _PG_init(void)
 {
+	/* before anything is registered: an error stops the server */
+	idem_check_preload_order();
+
 	DefineCustomIntVariable("idempotency.default_ttl",
 							"Retention of a record when idem_claim gets no ttl.",
 							"Claims treat a record as absent once claim time + ttl has passed.",

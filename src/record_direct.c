@@ -148,33 +148,6 @@ layout_invalidate(Datum arg, Oid relid)
 }
 
 /*
- * Is the table a Citus table (distributed, reference, or otherwise managed
- * by Citus)?  The table here may then be an empty shell, and only planned
- * SQL, which Citus routes, finds the records.
- */
-static bool
-citus_table(Relation heap)
-{
-	Oid			catalog = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
-	Relation	partitions;
-	ScanKeyData skey;
-	SysScanDesc scan;
-	bool		found;
-
-	if (!OidIsValid(catalog))
-		return false;			/* Citus is not installed in this database */
-	partitions = table_open(catalog, AccessShareLock);
-	/* its first column, logicalrelid, names the table */
-	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_OIDEQ,
-				ObjectIdGetDatum(RelationGetRelid(heap)));
-	scan = systable_beginscan(partitions, InvalidOid, false, NULL, 1, &skey);
-	found = HeapTupleIsValid(systable_getnext(scan));
-	systable_endscan(scan);
-	table_close(partitions, AccessShareLock);
-	return found;
-}
-
-/*
  * Is the table a local heap table, whose heap and primary key hold all its
  * rows?  Not so with another access method, or with Citus.
  */
@@ -182,7 +155,8 @@ static bool
 local_heap_table(Relation heap)
 {
 	return heap->rd_rel->relkind == RELKIND_RELATION &&
-		heap->rd_rel->relam == HEAP_TABLE_AM_OID && !citus_table(heap);
+		heap->rd_rel->relam == HEAP_TABLE_AM_OID &&
+		!idem_citus_table(RelationGetRelid(heap));
 }
 
 /*

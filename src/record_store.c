@@ -12,7 +12,9 @@
  * Every statement reads and writes the table itself (ONLY), never a table
  * that inherits from it: the primary key, which names a record, is unique
  * in the table alone.  Statements run with the caller's privileges and row
- * level security.
+ * level security.  On a Citus table every statement names the scope, so
+ * Citus routes it to one shard; purge and the probe of wait => false take
+ * the per-shard forms of citus.c.
  */
 #include "idempotency.h"
 
@@ -23,6 +25,7 @@
 #include "catalog/pg_class.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "fmgr.h"
@@ -48,6 +51,10 @@ typedef enum StorePlanId
 	PLAN_LOOKUP,
 	PLAN_PURGE,
 	PLAN_LOCK_NOWAIT,
+	PLAN_PURGE_SCOPES,
+	PLAN_PURGE_SCOPE,
+	PLAN_SHARD_OF,
+	PLAN_SHARD_PROBE,
 	NUM_PLANS
 } StorePlanId;
 
@@ -176,6 +183,40 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 		"SELECT FROM ONLY %1$s" WHERE_ID "FOR UPDATE NOWAIT",
 		2, {TEXTOID, TEXTOID}
 	},
+
+	/*
+	 * Purge of a Citus table, which Citus can neither lock nor limit across
+	 * shards: the scopes with expired records, those that expired first
+	 * first (a query Citus runs on every shard and merges, taking no row
+	 * lock), then PLAN_PURGE in each scope ($3), which Citus routes to the
+	 * scope's shard.
+	 */
+	[PLAN_PURGE_SCOPES] = {
+		"SELECT scope FROM ONLY %1$s WHERE" EXPIRED("$1")
+		" GROUP BY scope ORDER BY pg_catalog.min(expires_at), scope LIMIT $2",
+		2, {TIMESTAMPTZOID, INT4OID}
+	},
+	[PLAN_PURGE_SCOPE] = {
+		"DELETE FROM ONLY %1$s WHERE scope" EQ "$3 AND key" EQ "ANY ("
+		"SELECT key FROM ONLY %1$s WHERE scope" EQ "$3 AND" EXPIRED("$1")
+		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+		3, {TIMESTAMPTZOID, INT4OID, TEXTOID}
+	},
+
+	/*
+	 * wait => false on a Citus table: the shard of scope $1 (metadata of
+	 * this node), then idem_shard_probe run where that shard is (HAVING
+	 * makes the one row that carries it, whatever the shard holds).
+	 */
+	[PLAN_SHARD_OF] = {
+		"SELECT pg_catalog.get_shard_id_for_distribution_column($3, $1)",
+		3, {TEXTOID, TEXTOID, REGCLASSOID}
+	},
+	[PLAN_SHARD_PROBE] = {
+		"SELECT %2$s.idem_shard_probe($3, $1, $2) FROM ONLY %1$s" WHERE_ID
+		"HAVING true",
+		3, {TEXTOID, TEXTOID, INT8OID}
+	},
 };
 
 static SPIPlanPtr plans[NUM_PLANS];
@@ -214,6 +255,7 @@ static struct
 static int	n_nested = 0;
 
 static Oid	store_relid(void);
+static bool store_citus(void);
 
 static void
 spi_ready(void)
@@ -333,6 +375,60 @@ probe_as_owner(const IdemKey *id)
 	return answer;
 }
 
+static void id_values(const IdemKey *id, Datum *values);
+
+/*
+ * direct_probe_uncommitted for a Citus table, run where the shard of id's
+ * scope is: Citus routes PLAN_SHARD_PROBE there, and idem_shard_probe
+ * reads that shard with a dirty snapshot.  DIRECT_NOT_USED when the caller
+ * may not read the shard directly.
+ */
+static DirectAnswer
+citus_probe(const IdemKey *id, bytea **fingerprint)
+{
+	Datum		values[3];
+	bool		isnull;
+	Datum		d;
+	ArrayType  *found;
+	MemoryContext old;
+
+	*fingerprint = NULL;
+	id_values(id, values);
+	values[2] = ObjectIdGetDatum(store_relid());
+	(void) store_exec(PLAN_SHARD_OF, values, NULL, SPI_OK_SELECT);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull)
+		elog(ERROR, "Citus knows no shard of idempotent_record for scope \"%s\"", id->scope);
+	values[2] = d;				/* int8, by value */
+	if (store_exec(PLAN_SHARD_PROBE, values, NULL, SPI_OK_SELECT) != 1)
+		elog(ERROR, "the probe of the shard of scope \"%s\" gave no answer", id->scope);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull)
+		return DIRECT_NOT_USED;
+	found = DatumGetArrayTypeP(d);
+	if (ARR_NDIM(found) == 0)
+		return DIRECT_NONE;
+	d = array_get_element(PointerGetDatum(found), 1, (int[]) {1}, -1, -1, false,
+						  TYPALIGN_INT, &isnull);
+	if (!isnull)
+	{
+		old = MemoryContextSwitchTo(cur.caller_context);
+		*fingerprint = DatumGetByteaPCopy(d);
+		MemoryContextSwitchTo(old);
+	}
+	return DIRECT_FOUND;
+}
+
+/* The look for another transaction writing id: here, or at its shard */
+static DirectAnswer
+store_probe(const IdemKey *id, bytea **fingerprint)
+{
+	if (store_citus())
+		return citus_probe(id, fingerprint);
+	return direct_probe_uncommitted(store_relid(), id, fingerprint,
+									cur.caller_context);
+}
+
 /*
  * The last claim write would have waited (store_write_would_wait): was it
  * for the key?  A lock on the record is.  An insert's lock timeout is when
@@ -344,8 +440,9 @@ probe_as_owner(const IdemKey *id)
  * yes or no: the insert has passed the caller's row level security checks
  * and was about to wait for that transaction, so the answer tells nothing
  * that the wait would not.  Where neither can probe (a table the probe
- * cannot read here, such as a Citus table), the claim cannot tell, so its
- * writes wait from now on, as with wait => true.
+ * cannot read), the claim cannot tell, so its writes wait from now on, as
+ * with wait => true.  A Citus table is probed where its shard is, as the
+ * caller only (idem_shard_probe).
  */
 bool
 store_write_blocked_by_key(const IdemKey *id, bytea **fingerprint)
@@ -355,9 +452,8 @@ store_write_blocked_by_key(const IdemKey *id, bytea **fingerprint)
 	*fingerprint = NULL;
 	if (cur.write_blocked == WRITE_RECORD_LOCKED)
 		return true;
-	answer = direct_probe_uncommitted(store_relid(), id, fingerprint,
-									  cur.caller_context);
-	if (answer == DIRECT_NOT_USED)
+	answer = store_probe(id, fingerprint);
+	if (answer == DIRECT_NOT_USED && !store_citus())
 		answer = probe_as_owner(id);
 	if (answer == DIRECT_NOT_USED)
 		cur.nowait = false;
@@ -402,6 +498,7 @@ direct_answered(DirectAnswer answer, bool *found)
  */
 static Oid	table_namespace = InvalidOid;
 static Oid	table_relid = InvalidOid;
+static bool table_citus = false;	/* table_relid is a Citus table */
 
 static Oid
 store_relid(void)
@@ -411,9 +508,22 @@ store_relid(void)
 		table_relid = get_relname_relid("idempotent_record", cur.namespace);
 		if (!OidIsValid(table_relid))
 			elog(ERROR, "table idempotent_record is missing from the extension's schema");
+		table_citus = idem_citus_table(table_relid);
 		table_namespace = cur.namespace;
 	}
 	return table_relid;
+}
+
+/*
+ * Is it a Citus table?  Then its rows are in shards that only planned SQL
+ * reaches, routed by Citus (Citus invalidates the table's relcache entry
+ * when it distributes it, and store_relid looks again).
+ */
+static bool
+store_citus(void)
+{
+	(void) store_relid();
+	return table_citus;
 }
 
 static void
@@ -729,6 +839,13 @@ store_purge(TimestampTz now, int32 batch_size)
 
 	if (purged != DIRECT_NOT_USED)
 		return purged;
+	if (store_citus())
+	{
+		spi_ready();
+		return idem_purge_by_scope(&store_plans, PLAN_PURGE_SCOPES,
+								   PLAN_PURGE_SCOPE, cur.namespace, now,
+								   batch_size);
+	}
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = Int32GetDatum(batch_size);
 	return store_exec(PLAN_PURGE, values, NULL, SPI_OK_DELETE);
@@ -763,11 +880,11 @@ store_lookup(const IdemKey *id, TimestampTz now)
 
 /*
  * Is another transaction, still in progress, writing the record of id?  See
- * direct_probe_uncommitted; callers it may not probe get false.
+ * direct_probe_uncommitted (and citus_probe); callers it may not probe get
+ * false.
  */
 bool
 store_probe_uncommitted(const IdemKey *id, bytea **fingerprint)
 {
-	return direct_probe_uncommitted(store_relid(), id, fingerprint,
-									cur.caller_context) == DIRECT_FOUND;
+	return store_probe(id, fingerprint) == DIRECT_FOUND;
 }

@@ -32,6 +32,8 @@ typedef enum TokenPlanId
 	TOKEN_PLAN_INSERT,
 	TOKEN_PLAN_CONSUME,
 	TOKEN_PLAN_PURGE,
+	TOKEN_PLAN_PURGE_SCOPES,
+	TOKEN_PLAN_PURGE_SCOPE,
 	NUM_TOKEN_PLANS
 } TokenPlanId;
 
@@ -60,6 +62,18 @@ static const SavedPlanDef token_plan_defs[NUM_TOKEN_PLANS] = {
 		"SELECT scope, token FROM ONLY %1$s WHERE expires_at" LE "$1"
 		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
 		2, {TIMESTAMPTZOID, INT4OID}
+	},
+	/* ... on a Citus table, scope by scope (idem_purge_by_scope) */
+	[TOKEN_PLAN_PURGE_SCOPES] = {
+		"SELECT scope FROM ONLY %1$s WHERE expires_at" LE "$1"
+		" GROUP BY scope ORDER BY pg_catalog.min(expires_at), scope LIMIT $2",
+		2, {TIMESTAMPTZOID, INT4OID}
+	},
+	[TOKEN_PLAN_PURGE_SCOPE] = {
+		"DELETE FROM ONLY %1$s WHERE scope" EQ "$3 AND token" EQ "ANY ("
+		"SELECT token FROM ONLY %1$s WHERE scope" EQ "$3 AND expires_at" LE "$1"
+		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+		3, {TIMESTAMPTZOID, INT4OID, TEXTOID}
 	},
 };
 
@@ -202,7 +216,12 @@ tokens_purge(Oid fn, TimestampTz now, int32 batch_size)
 	values[1] = Int32GetDatum(batch_size);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	purged = (int64) token_exec(fn, TOKEN_PLAN_PURGE, values, SPI_OK_DELETE);
+	if (idem_citus_table(get_relname_relid("idempotency_token", get_func_namespace(fn))))
+		purged = idem_purge_by_scope(&token_plans, TOKEN_PLAN_PURGE_SCOPES,
+									 TOKEN_PLAN_PURGE_SCOPE, get_func_namespace(fn),
+									 now, batch_size);
+	else
+		purged = (int64) token_exec(fn, TOKEN_PLAN_PURGE, values, SPI_OK_DELETE);
 	SPI_finish();
 	return purged;
 }

@@ -1,7 +1,8 @@
 /*
  * transition.c
  *	  idem_transition: a compare-and-set move of a status column on any
- *	  table, by its single-column primary key.  "Already there" is success.
+ *	  table, by its primary key (one column, or several: (scope, id) of a
+ *	  table distributed by scope).  "Already there" is success.
  *
  * The row is locked with SELECT ... FOR UPDATE, then the answer is decided
  * on the locked (newest committed) version: applied, already, rejected or
@@ -30,6 +31,7 @@
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
+#include "utils/typcache.h"
 
 /* OPERATOR(schema.name) of operator opno, for SQL */
 static char *
@@ -59,17 +61,19 @@ typedef struct TransitionTarget
 	Oid			status_type;
 	int32		status_typmod;
 	char	   *status_column;	/* quoted */
-	char	   *pk_column;		/* quoted */
-	Oid			pk_type;		/* type of the primary key column */
+	int			npk;			/* columns of the primary key */
+	char	   *pk_column[INDEX_MAX_KEYS];	/* quoted */
+	Oid			pk_type[INDEX_MAX_KEYS];	/* types of the key columns */
 	const char *only;			/* "ONLY ": a plain table's rows, not its
 								 * inheritance children's */
-	char	   *pk_eq;			/* OPERATOR(schema.=) of the key's opclass */
+	char	   *pk_eq[INDEX_MAX_KEYS];	/* OPERATOR(schema.=) of each key
+										 * column's opclass */
 } TransitionTarget;
 
 /*
  * Resolve rel and its status column and primary key.  Errors: 42809 not a
  * table, 42703 no such column, 42804 status column not text or enum,
- * 0A000 no primary key or a composite one, 42501 no UPDATE privilege.
+ * 0A000 no primary key or one on an expression, 42501 no UPDATE privilege.
  */
 static void
 resolve_target(Oid relid, const char *status_column, TransitionTarget *t)
@@ -81,7 +85,6 @@ resolve_target(Oid relid, const char *status_column, TransitionTarget *t)
 	Relation	rel;
 	Relation	index;
 	Oid			pk_index;
-	AttrNumber	pk_attno;
 	Oid			eqop;
 	Oid			collation;
 	char	   *nspname;
@@ -137,27 +140,25 @@ resolve_target(Oid relid, const char *status_column, TransitionTarget *t)
 		ereport(ERROR,
 				errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				errmsg("table \"%s\" has no primary key", t->display),
-				errdetail("idem_transition finds the row by a single-column primary key."),
+				errdetail("idem_transition finds the row by its primary key."),
 				errhint("Add a primary key, or lock the row and compare its status in your own UPDATE."));
 	index = index_open(pk_index, AccessShareLock);
-	if (IndexRelationGetNumberOfKeyAttributes(index) != 1 ||
-		index->rd_index->indkey.values[0] == 0)
-		ereport(ERROR,
-				errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				errmsg("primary key of table \"%s\" has more than one column",
-					   t->display),
-				errdetail("The primary key is %s; idem_transition takes a single-column primary key.",
-						  get_rel_name(pk_index)),
-				errhint("Lock the row with SELECT ... FOR UPDATE and compare its status in your own UPDATE."));
-	pk_attno = index->rd_index->indkey.values[0];
-	t->pk_column = pstrdup(quote_identifier(get_attname(relid, pk_attno, false)));
-	t->pk_type = get_atttype(relid, pk_attno);
-	eqop = get_opfamily_member(index->rd_opfamily[0], index->rd_opcintype[0],
-							   index->rd_opcintype[0], BTEqualStrategyNumber);
-	if (!OidIsValid(eqop))
-		elog(ERROR, "no equality operator in the operator family of index %u",
-			 pk_index);
-	t->pk_eq = qualified_operator(eqop);
+	t->npk = IndexRelationGetNumberOfKeyAttributes(index);
+	for (int i = 0; i < t->npk; i++)
+	{
+		AttrNumber	pk_attno = index->rd_index->indkey.values[i];
+
+		if (pk_attno == 0)
+			elog(ERROR, "primary key %u has an expression column", pk_index);
+		t->pk_column[i] = pstrdup(quote_identifier(get_attname(relid, pk_attno, false)));
+		t->pk_type[i] = get_atttype(relid, pk_attno);
+		eqop = get_opfamily_member(index->rd_opfamily[i], index->rd_opcintype[i],
+								   index->rd_opcintype[i], BTEqualStrategyNumber);
+		if (!OidIsValid(eqop))
+			elog(ERROR, "no equality operator in the operator family of index %u",
+				 pk_index);
+		t->pk_eq[i] = qualified_operator(eqop);
+	}
 	index_close(index, AccessShareLock);
 	relation_close(rel, NoLock);
 }
@@ -168,7 +169,7 @@ resolve_target(Oid relid, const char *status_column, TransitionTarget *t)
  * (a uuid or an integer sent as text).  Anything else: 42804.
  */
 static void
-check_key_type(const TransitionTarget *t, Oid id_type)
+check_key_type(const TransitionTarget *t, int column, Oid id_type)
 {
 	char		category;
 	bool		preferred;
@@ -178,15 +179,15 @@ check_key_type(const TransitionTarget *t, Oid id_type)
 	get_type_category_preferred(getBaseType(id_type), &category, &preferred);
 	if (category == TYPCATEGORY_STRING)
 		return;
-	if (can_coerce_type(1, &id_type, &t->pk_type, COERCION_IMPLICIT))
+	if (can_coerce_type(1, &id_type, (Oid *) &t->pk_type[column], COERCION_IMPLICIT))
 		return;
 	ereport(ERROR,
 			errcode(ERRCODE_DATATYPE_MISMATCH),
 			errmsg("id of type %s does not match the primary key of \"%s\"",
 				   format_type_be(id_type), t->display),
 			errdetail("The primary key column %s is of type %s.",
-					  t->pk_column, format_type_be(t->pk_type)),
-			errhint("Cast id to %s.", format_type_be(t->pk_type)));
+					  t->pk_column[column], format_type_be(t->pk_type[column])),
+			errhint("Cast id to %s.", format_type_be(t->pk_type[column])));
 }
 
 /*
@@ -220,13 +221,15 @@ static const char *const transition_outcome_names[] = {
 /*
  * idem_transition(rel regclass, id anyelement, to_state text,
  *				   from_states text[], status_column name) RETURNS text
- *	  Lock the row of rel whose primary key is id; move its status_column
+ *	  Lock the row of rel whose primary key is id (a row of the key's
+ *	  values for a key of several columns); move its status_column
  *	  to to_state if it is in one of from_states.  Returns applied (moved),
  *	  already (it is in to_state: nothing written), rejected (in another
  *	  state: nothing written) or not_found.  Errors: 22004 NULL argument or
  *	  NULL element of from_states, 42809 rel is not a table, 42703 no such
- *	  column, 42804 status column not text/enum or id of an unusable type,
- *	  0A000 no or composite primary key, 42501 no UPDATE privilege, 25006
+ *	  column, 42804 status column not text/enum or id of an unusable type
+ *	  (or not a row of as many values as a multi-column key has), 22004 a
+ *	  NULL in such a row, 0A000 no primary key, 42501 no UPDATE privilege, 25006
  *	  read-only transaction or standby, 22P02
  *	  a state that is not a value of the column's type, 40001 under
  *	  REPEATABLE READ/SERIALIZABLE when the row changed after the snapshot.
@@ -237,10 +240,90 @@ static const char *const transition_outcome_names[] = {
  * and match another row.
  */
 static char *
-key_type_name(const TransitionTarget *t)
+key_type_name(const TransitionTarget *t, int column)
 {
-	return format_type_extended(t->pk_type, -1,
+	return format_type_extended(t->pk_type[column], -1,
 								FORMAT_TYPE_TYPEMOD_GIVEN | FORMAT_TYPE_FORCE_QUALIFY);
+}
+
+/*
+ * The key values as statement parameters $1 .. $npk (their types in
+ * types): id itself for a single-column key; for a key of several columns,
+ * the fields of id, a row of as many values in the key's column order
+ * (ROW('acct_42', 1001) for PRIMARY KEY (scope, id)).  Errors: 42804 id
+ * not such a row, or a field of an unusable type; 22004 a NULL field.
+ */
+static void
+key_values(const TransitionTarget *t, Datum id, Oid id_type, Datum *values,
+		   Oid *types)
+{
+	HeapTupleHeader row;
+	TupleDesc	desc;
+	HeapTupleData tuple;
+	int			field = 0;
+
+	if (t->npk == 1)
+	{
+		check_key_type(t, 0, id_type);
+		values[0] = id;
+		types[0] = id_type == UNKNOWNOID ? TEXTOID : id_type;
+		if (id_type == UNKNOWNOID)
+			values[0] = CStringGetTextDatum(DatumGetCString(id));
+		return;
+	}
+	if (!type_is_rowtype(id_type))
+		ereport(ERROR,
+				errcode(ERRCODE_DATATYPE_MISMATCH),
+				errmsg("id of type %s does not match the primary key of \"%s\"",
+					   format_type_be(id_type), t->display),
+				errdetail("The primary key has %d columns; id must be a row of %d values in the key's column order.",
+						  t->npk, t->npk),
+				errhint("Pass ROW(%s, ...) with the values of the key's columns.", t->pk_column[0]));
+	row = DatumGetHeapTupleHeader(id);
+	desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(row), HeapTupleHeaderGetTypMod(row));
+	tuple.t_len = HeapTupleHeaderGetDatumLength(row);
+	ItemPointerSetInvalid(&tuple.t_self);
+	tuple.t_tableOid = InvalidOid;
+	tuple.t_data = row;
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		bool		isnull;
+
+		if (att->attisdropped)
+			continue;
+		if (field < t->npk)
+		{
+			values[field] = heap_getattr(&tuple, i + 1, desc, &isnull);
+			if (isnull)
+				ereport(ERROR,
+						errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						errmsg("id of idem_transition must not contain null"),
+						errdetail("Field %d of id, for the primary key column %s, is null.",
+								  field + 1, t->pk_column[field]));
+			types[field] = att->atttypid == UNKNOWNOID ? TEXTOID : att->atttypid;
+			if (att->atttypid == UNKNOWNOID)
+				values[field] = CStringGetTextDatum(DatumGetCString(values[field]));
+			check_key_type(t, field, att->atttypid);
+		}
+		field++;
+	}
+	ReleaseTupleDesc(desc);
+	if (field != t->npk)
+		ereport(ERROR,
+				errcode(ERRCODE_DATATYPE_MISMATCH),
+				errmsg("id has %d values but the primary key of \"%s\" has %d columns",
+					   field, t->display, t->npk),
+				errhint("Pass ROW(...) with the values of the key's columns in the key's order."));
+}
+
+/* "c1 OP CAST($1 AS t1) AND c2 OP CAST($2 AS t2) ..." */
+static void
+append_key_condition(StringInfo sql, const TransitionTarget *t)
+{
+	for (int i = 0; i < t->npk; i++)
+		appendStringInfo(sql, "%s%s %s CAST($%d AS %s)", i > 0 ? " AND " : "",
+						 t->pk_column[i], t->pk_eq[i], i + 1, key_type_name(t, i));
 }
 
 PG_FUNCTION_INFO_V1(idem_transition);
@@ -254,8 +337,8 @@ idem_transition(PG_FUNCTION_ARGS)
 	bool	   *from_nulls;
 	int			n_from;
 	StringInfoData sql;
-	Datum		values[2];
-	Oid			types[2];
+	Datum		values[INDEX_MAX_KEYS + 1];
+	Oid			types[INDEX_MAX_KEYS + 1];
 	TransitionOutcome outcome;
 	int			rc;
 
@@ -279,28 +362,23 @@ idem_transition(PG_FUNCTION_ARGS)
 					errhint("List the states the row may move from, for example ARRAY['pending']."));
 
 	resolve_target(PG_GETARG_OID(0), NameStr(*PG_GETARG_NAME(4)), &t);
-	check_key_type(&t, id_type);
+	key_values(&t, PG_GETARG_DATUM(1), id_type, values, types);
 
 	/* every state must be a value of the column (an enum label, ...) */
-	values[1] = state_value(&t, to_state);
+	values[t.npk] = state_value(&t, to_state);
 	for (int i = 0; i < n_from; i++)
 		(void) state_value(&t, TextDatumGetCString(from_datums[i]));
-
-	values[0] = PG_GETARG_DATUM(1);
-	types[0] = id_type == UNKNOWNOID ? TEXTOID : id_type;
-	if (id_type == UNKNOWNOID)
-		values[0] = CStringGetTextDatum(DatumGetCString(values[0]));
-	types[1] = t.status_type;
+	types[t.npk] = t.status_type;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 
 	initStringInfo(&sql);
-	appendStringInfo(&sql,
-					 "SELECT %s::pg_catalog.text FROM %s%s WHERE %s %s CAST($1 AS %s) FOR UPDATE",
-					 t.status_column, t.only, t.relname, t.pk_column, t.pk_eq,
-					 key_type_name(&t));
-	rc = SPI_execute_with_args(sql.data, 1, types, values, NULL, false, 0);
+	appendStringInfo(&sql, "SELECT %s::pg_catalog.text FROM %s%s WHERE ",
+					 t.status_column, t.only, t.relname);
+	append_key_condition(&sql, &t);
+	appendStringInfoString(&sql, " FOR UPDATE");
+	rc = SPI_execute_with_args(sql.data, t.npk, types, values, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
 
@@ -331,11 +409,10 @@ idem_transition(PG_FUNCTION_ARGS)
 		else
 		{
 			resetStringInfo(&sql);
-			appendStringInfo(&sql,
-							 "UPDATE %s%s SET %s = $2 WHERE %s %s CAST($1 AS %s)",
-							 t.only, t.relname, t.status_column, t.pk_column, t.pk_eq,
-							 key_type_name(&t));
-			rc = SPI_execute_with_args(sql.data, 2, types, values, NULL, false, 0);
+			appendStringInfo(&sql, "UPDATE %s%s SET %s = $%d WHERE ",
+							 t.only, t.relname, t.status_column, t.npk + 1);
+			append_key_condition(&sql, &t);
+			rc = SPI_execute_with_args(sql.data, t.npk + 1, types, values, NULL, false, 0);
 			if (rc != SPI_OK_UPDATE)
 				elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
 

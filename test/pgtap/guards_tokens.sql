@@ -4,7 +4,7 @@
 -- idem_token_consume and idempotency_token; every outcome; IK005, IK006
 -- and the other SQLSTATEs.
 BEGIN;
-SELECT plan(78);
+SELECT plan(79);
 
 -------------------------------------------------------------------------------
 -- Surface: signatures, return types, not STRICT, not SECURITY DEFINER
@@ -159,8 +159,11 @@ SELECT throws_ok($$SELECT idem_transition('tap_orders', 1.5, 'paid', ARRAY['pend
     'an id of a type without an implicit cast raises 42804');
 CREATE TABLE tap_pair (a int, b int, status text, PRIMARY KEY (a, b));
 SELECT throws_ok($$SELECT idem_transition('tap_pair', 1, 'x', ARRAY['y'])$$,
-    '0A000', 'primary key of table "public.tap_pair" has more than one column',
-    'a composite primary key raises 0A000');
+    '42804', 'id of type integer does not match the primary key of "public.tap_pair"',
+    'a single value for a primary key of two columns raises 42804');
+INSERT INTO tap_pair VALUES (1, 2, 'y');
+SELECT is(idem_transition('tap_pair', ROW(1, 2), 'x', ARRAY['y']), 'applied',
+    'a primary key of two columns takes ROW(a, b)');
 CREATE VIEW tap_orders_v AS SELECT * FROM tap_orders;
 SELECT throws_ok($$SELECT idem_transition('tap_orders_v', 1, 'paid', ARRAY['pending'])$$,
     '42809', '"public.tap_orders_v" is not a table',
