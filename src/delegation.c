@@ -193,6 +193,17 @@ actor_begin(IdemActor *actor, Oid relid, Oid namespace, const char *scope)
 				errdetail("Role \"%s\" has neither privileges on table %s nor a grant in idem_scope_grant that matches the scope.",
 						  GetUserNameFromId(actor->caller, false), get_rel_name(relid)),
 				errhint("Insert a row for the role, or a role it is a member of, into idem_scope_grant."));
+	/*
+	 * Citus refuses a transaction whose placements are written by two users,
+	 * so the switch would have to happen on the shard's node: not done yet
+	 */
+	if (idem_citus_table(relid))
+		ereport(ERROR,
+				errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				errmsg("delegated mode is not supported on a Citus table"),
+				errdetail("Role \"%s\" has no privileges on table %s, which Citus distributes.",
+						  GetUserNameFromId(actor->caller, false), get_rel_name(relid)),
+				errhint("Grant the role privileges on the table (invoker mode) on a Citus cluster."));
 	GetUserIdAndSecContext(&actor->save_user, &actor->save_sec);
 	SetUserIdAndSecContext(table_owner(relid), actor->save_sec |
 						   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
