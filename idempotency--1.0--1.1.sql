@@ -65,33 +65,22 @@ COMMENT ON TYPE @extschema@.idem_claim_result IS
 -- shard, idem_transition on keys of several columns
 -------------------------------------------------------------------------------
 
--- The view reads the records through a PL/pgSQL function, which the
--- planner cannot inline: on a Citus table the function's query runs on every
--- shard and the view then sorts the merged rows, where a sorted subquery
--- pushed down to the shards would lose its order (and Citus refuses the
--- parameters of an SQL function).  The clock is read once, in the view.
+-- The view reads the records through a C function, which the planner
+-- cannot inline: on a Citus table the function's query runs on every shard
+-- and the view then sorts the merged rows, where a sorted subquery pushed
+-- down to the shards would lose its order.  The function also does the work
+-- of a role without privileges on the table, in its granted scopes.  The
+-- clock is read once, in the view.
 CREATE FUNCTION @extschema@.idem_pending_at(at timestamptz)
 RETURNS TABLE (scope text, key text, status @extschema@.idem_status,
                fence bigint, recovery_point text, detail jsonb,
                locked_until timestamptz, created_at timestamptz,
                updated_at timestamptz, expires_at timestamptz)
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-BEGIN
-    RETURN QUERY
-    SELECT r.scope, r.key, r.status, r.fence, r.recovery_point, r.result,
-           r.locked_until, r.created_at, r.updated_at, r.expires_at
-      FROM ONLY @extschema@.idempotent_record AS r
-     WHERE r.status OPERATOR(pg_catalog.=) 'unknown'::@extschema@.idem_status
-        OR (r.status OPERATOR(pg_catalog.=) 'in_progress'::@extschema@.idem_status
-            AND COALESCE(r.locked_until, r.created_at) OPERATOR(pg_catalog.<=) at);
-END
-$$;
+AS 'MODULE_PATHNAME', 'idem_pending_at'
+LANGUAGE C STABLE;
 
 COMMENT ON FUNCTION @extschema@.idem_pending_at(timestamptz) IS
-'the rows of idem_pending as of time at (timestamptz; the view passes clock_timestamp()), unordered: unknown records and in_progress records whose lease (or, for an in-transaction claim, whose claim time) ended by at. Runs with the caller''s privileges and row level security; no errors of its own';
+'the rows of idem_pending as of time at (timestamptz; the view passes clock_timestamp()), unordered: unknown records and in_progress records whose lease (or, for an in-transaction claim, whose claim time) ended by at. Runs with the caller''s privileges and row level security, or, for a role without SELECT on idempotent_record, as its owner in the scopes idem_scope_grant grants the role. Errors: 22004 NULL at';
 
 CREATE OR REPLACE VIEW @extschema@.idem_pending WITH (security_invoker = true) AS
 SELECT p.scope, p.key, p.status, p.fence, p.recovery_point, p.detail,
@@ -112,3 +101,38 @@ COMMENT ON FUNCTION @extschema@.idem_shard_probe(bigint, text, text) IS
 
 COMMENT ON FUNCTION @extschema@.idem_transition(regclass, anycompatible, text, text[], name) IS
 'compare-and-set of a status column: locks the row of table rel whose primary key equals id (SELECT ... FOR UPDATE; for a key of several columns, such as (scope, id) on a table distributed by scope, id is ROW(value, ...) in the key''s column order), then returns text applied (it was in one of from_states and is now in to_state), already (it is in to_state: nothing written), rejected (in another state: nothing written) or not_found. status_column (name, default status) is a text, varchar or enum column; id is of the key''s type, a type with an implicit cast to it, or text. Runs with the caller''s privileges and row level security. Errors: 22004 NULL argument or NULL in from_states, 42809 rel is not a table, 42703 no such column, 42804 status column not text/enum or id of another type (or not a row of as many values as the key has columns), 22004 NULL in such a row, 0A000 no primary key, 42501 no UPDATE privilege, 25006 read-only transaction or standby, 22P02 state not a value of the column''s type, 40001 row changed after a REPEATABLE READ/SERIALIZABLE snapshot';
+
+-------------------------------------------------------------------------------
+-- Least privilege: scope grants for roles without table privileges
+-------------------------------------------------------------------------------
+
+CREATE TABLE @extschema@.idem_scope_grant (
+    grantee regrole NOT NULL,
+    pattern text    NOT NULL CHECK (pattern OPERATOR(pg_catalog.<>) ''),
+    PRIMARY KEY (grantee, pattern)
+);
+REVOKE ALL ON @extschema@.idem_scope_grant FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_scope_grant', '');
+
+COMMENT ON TABLE @extschema@.idem_scope_grant IS
+'the scopes a role without privileges on idempotent_record and idempotency_token may use through the functions, which then work as the tables'' owner: grantee regrole (its members too), pattern text: an exact scope, a prefix ending in * (tenant_a:*), * for every scope, or {setting} for the scope named by a setting set for the current transaction only (SET LOCAL)';
+
+CREATE FUNCTION @extschema@.idem_scope_grants_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_scope_grants_changed'
+LANGUAGE C;
+
+COMMENT ON FUNCTION @extschema@.idem_scope_grants_changed() IS
+'statement trigger of idem_scope_grant: every backend drops its cached scope grants when the change commits. Errors: 39P01 not called as a trigger';
+
+CREATE TRIGGER idem_scope_grant_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.idem_scope_grant
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.idem_scope_grants_changed();
+
+CREATE FUNCTION @extschema@.idem_scope_permitted(scope text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_scope_permitted'
+LANGUAGE C STABLE;
+
+COMMENT ON FUNCTION @extschema@.idem_scope_permitted(text) IS
+'true when idem_scope_grant grants scope (text) to the current role or a role whose privileges it has, for views and policies. Errors: 22004 NULL scope';

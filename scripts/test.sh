@@ -90,6 +90,7 @@ run_http_suite() {
     dir=$(mktemp -d /tmp/idempotency-pgbouncer.XXXXXX)
     printf '%s\n' '[databases]' \
         "idempotency_http = host=$PGHOST port=$PGPORT dbname=idempotency_http user=postgres" \
+        "idempotency_http_one = host=$PGHOST port=$PGPORT dbname=idempotency_http user=postgres pool_size=1" \
         '[pgbouncer]' 'listen_addr = 127.0.0.1' "listen_port = $bouncer" 'unix_socket_dir =' \
         'auth_type = trust' "auth_file = $dir/users.txt" 'pool_mode = transaction' \
         'max_client_conn = 200' 'default_pool_size = 10' \

@@ -155,6 +155,10 @@ SELECT outcome || ' ' || result::text FROM idem_claim('ord-1', scope => '$s', fi
 			'in_progress', "$label/$scope: ... also for an application role (the probe runs as the caller)");
 		like(sql_error($nodes->[0], "SET ROLE regress_nobody; SELECT idem_claim('dup', scope => '$scope', wait => false)"),
 			qr/42501/, "$label/$scope: a role without privileges gets 42501");
+		$nodes->[0]->safe_psql('postgres', "INSERT INTO idem_scope_grant VALUES ('regress_nobody', '$scope') ON CONFLICT DO NOTHING");
+		like(sql_error($nodes->[0], "SET ROLE regress_nobody; SELECT idem_claim('dup', scope => '$scope', wait => false)"),
+			qr/0A000/, "$label/$scope: ... and with a scope grant, delegated mode is refused on a Citus table");
+		$nodes->[0]->safe_psql('postgres', "DELETE FROM idem_scope_grant");
 		send_query($b, "SELECT outcome, result FROM idem_claim('dup', scope => '$scope', fingerprint => $fp);");
 		ok(lock_wait_seen(@$nodes), "$label/$scope: a duplicate waits for the uncommitted claim");
 		$a->query_safe("SELECT idem_finish('dup', '{\"n\": 2}', scope => '$scope')");
