@@ -62,7 +62,7 @@ run_tap_suite() {
     fi
     say "TAP tests (leases, pg_cron, crash, failover, model, dump/upgrade)"
     dir=$(mktemp -d /tmp/idempotency-tap.XXXXXX)
-    cp -r Makefile README.md idempotency.control test examples "$dir/"
+    cp -r Makefile README.md docs idempotency.control test examples "$dir/"
     [ "$(id -u)" -eq 0 ] && chown -R "$CLUSTER_OS_USER" "$dir"
     as_cluster_user make -s -C "$dir" PG_CONFIG="$PG_CONFIG" TAP_TESTDIR="$dir" tapcheck 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
