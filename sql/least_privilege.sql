@@ -78,6 +78,15 @@ TRUNCATE idempotent_record;
 :sqlstate
 UPDATE idempotency_token SET consumed_at = NULL;
 :sqlstate
+SELECT count(*) FROM idempotency_token;
+:sqlstate
+INSERT INTO idempotency_token (scope, token, created_at, expires_at)
+VALUES ('shop:form', 'forged', now(), now() + interval '1 hour');
+:sqlstate
+DELETE FROM idempotency_token;
+:sqlstate
+TRUNCATE idempotency_token;
+:sqlstate
 INSERT INTO idem_scope_grant VALUES ('regress_lp_app', '*');
 :sqlstate
 -- purge stays revoked from PUBLIC
