@@ -26,6 +26,9 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# every object depends on the shared headers (PGXS tracks no dependencies)
+$(OBJS): $(wildcard src/*.h)
+
 # The suites one at a time, against the server named by PGHOST/PGPORT
 # (scripts/test.sh starts one); installcheck runs the first two together.
 .PHONY: regresscheck isolationcheck pgtapcheck
