@@ -120,14 +120,12 @@ COMMENT ON FUNCTION @extschema@.idem_transition(regclass, anycompatible, text, t
 -- Outcomes that are HOT updates.  An outcome no longer moves expires_at
 -- (indexed): expires_at stays the claim's (claim time + ttl), and a final
 -- outcome is kept at least its retention (expires_at - created_at) after
--- it was recorded (updated_at).  Records
--- finished before the update had expires_at moved to outcome time + ttl;
--- the same rule keeps them at least that long.  A fillfactor leaves room in
--- each page for the outcome's new row version (new pages; VACUUM FULL or
--- pg_repack applies it to old ones).
+-- it was recorded (updated_at).  Records finished before the update had
+-- expires_at moved to outcome time + ttl; the same rule keeps them at least
+-- that long (longer by the time from their claim to their outcome).  The
+-- table's layout is unchanged: the library reads 1.0's records and 1.1's
+-- alike, before and after the update.
 -------------------------------------------------------------------------------
-
-ALTER TABLE @extschema@.idempotent_record SET (fillfactor = 90);
 
 COMMENT ON COLUMN @extschema@.idempotent_record.expires_at IS
 'claim time + ttl, set by the claim (an outcome does not move it); a final outcome is kept at least its retention after updated_at, the outcome''s time';
