@@ -55,7 +55,7 @@ for v in CLIENTS HOT_CLIENTS HOT_KEYS THREADS DURATION RUNS RECORDS REPLAY_KEYS 
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { say "$v must be a positive integer"; usage; }
 done
 
-ensure_packages "${IDEM_PACKAGES[@]}" redis-server || exit 1
+ensure_packages "${IDEM_PACKAGES[@]}" redis-server python3-redis || exit 1
 build_and_install || exit 1
 
 PRELOAD="shared_preload_libraries = 'idempotency'"
