@@ -190,8 +190,8 @@ extern TimestampTz ttl_end(FunctionCallInfo fcinfo, int argno, TimestampTz now);
 
 /*
  * record_kept_until: until when a record answers duplicates.  expires_at is
- * the claim's (claim time + ttl) and is never moved by an outcome, so that
- * recording one changes no indexed column (a HOT update).  A final outcome
+ * the claim's (claim time + ttl) and is not moved by a final outcome, so
+ * that recording one changes no indexed column (a HOT update).  A final outcome
  * (succeeded, failed) is kept at least its retention (expires_at -
  * created_at, exact microseconds: the ttl, or more after a takeover) after
  * it was recorded (updated_at), ending at the last valid timestamp rather

@@ -859,6 +859,13 @@ check_conflict_visible(DirectWrite *w, ItemPointer tid)
  * tuple and start over when a duplicate slipped in between).  Returns
  * DIRECT_FOUND when inserted, DIRECT_NONE when a committed record holds the
  * key, DIRECT_NOT_USED.
+ *
+ * The callers insert only after their read of the primary key found no
+ * record, so the first attempt goes without the pre-check, which would
+ * read the same index again: the insertion of the index entries finds a
+ * duplicate that slipped in as it always must (its unique check), the
+ * tuple is killed, and the next attempt pre-checks, waits and decides as
+ * the executor's would.
  */
 DirectAnswer
 direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
@@ -914,14 +921,15 @@ direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
 	ExecStoreVirtualTuple(slot);
 	ExecConstraints(w.rri, slot, w.estate);
 
-	for (;;)
+	for (bool precheck = false;; precheck = true)
 	{
 		ItemPointerData conflict;
 		uint32		token;
 		bool		lost_race = false;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!compat_check_index_constraints(w.rri, slot, w.estate, &conflict, arbiter))
+		if (precheck &&
+			!compat_check_index_constraints(w.rri, slot, w.estate, &conflict, arbiter))
 		{
 			check_conflict_visible(&w, &conflict);
 			answer = DIRECT_NONE;
@@ -968,7 +976,8 @@ open_with_fence(TupleTableSlot *slot, const RecordLayout *l, const IdemKey *id,
 
 /*
  * The version PLAN_SET_OUTCOME writes in place of old: status, result, no
- * lease and updated_at; expires_at, indexed, stays (a HOT update).
+ * lease and updated_at; expires_at, indexed, stays (a HOT update), but for
+ * an unknown outcome, which moves it to the end of its retention.
  */
 static void
 outcome_version(TupleTableSlot *old, TupleTableSlot *new, const RecordLayout *l,
@@ -986,6 +995,12 @@ outcome_version(TupleTableSlot *old, TupleTableSlot *new, const RecordLayout *l,
 	new->tts_isnull[col->result - 1] = false;
 	new->tts_isnull[col->locked_until - 1] = true;
 	new->tts_values[col->updated_at - 1] = TimestampTzGetDatum(now);
+	if (status == IDEM_UNKNOWN)
+		new->tts_values[col->expires_at - 1] =
+			TimestampTzGetDatum(record_kept_until(IDEM_SUCCEEDED,
+												  DatumGetTimestampTz(old->tts_values[col->expires_at - 1]),
+												  DatumGetTimestampTz(old->tts_values[col->created_at - 1]),
+												  now));
 	ExecStoreVirtualTuple(new);
 	ExecMaterializeSlot(new);
 }
@@ -1008,7 +1023,7 @@ direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 	Relation	index;
 	const RecordLayout *l = write_layout(heap, ACL_SELECT | ACL_UPDATE);
 	ScanKeyData skey[2];
-	AttrNumber	changed[4];
+	AttrNumber	changed[5];
 	DirectWrite w;
 	IndexScanDesc scan;
 	TupleTableSlot *old;
@@ -1026,6 +1041,7 @@ direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 	changed[1] = l->col.result;
 	changed[2] = l->col.locked_until;
 	changed[3] = l->col.updated_at;
+	changed[4] = l->col.expires_at;
 	direct_write_begin(&w, heap, l, false, changed, lengthof(changed));
 	old = w.slot;
 	new = ExecInitExtraTupleSlot(w.estate, RelationGetDescr(heap),

@@ -122,15 +122,25 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 		8, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, TEXTOID}
 	},
 	/*
-	 * An outcome leaves expires_at (indexed) as the claim set it, so that
-	 * the update is HOT: it is kept at least its retention after updated_at
-	 * (EXPIRED() above).
+	 * A final outcome leaves expires_at (indexed) as the claim set it, so
+	 * that the update is HOT: it is kept at least its retention after
+	 * updated_at (EXPIRED() above).  An unknown outcome, which a retryable
+	 * failure may turn back into a claim in progress, moves expires_at to
+	 * the end of that retention ($7 is the last valid timestamp), so that
+	 * the record is kept as long after the release: record_kept_until of
+	 * the outcome, with immutable operators (no timestamptz + interval,
+	 * which would add days in the session's TimeZone).
 	 */
 	[PLAN_SET_OUTCOME] = {
 		"UPDATE ONLY %1$s SET status = $4::pg_catalog.text::%2$s.idem_status,"
-		" result = $5, locked_until = NULL, updated_at = $6" WHERE_ID
+		" result = $5, locked_until = NULL, updated_at = $6,"
+		" expires_at = CASE WHEN $4" EQ "'unknown' THEN GREATEST(expires_at, CASE"
+		" WHEN (expires_at OPERATOR(pg_catalog.-) created_at) OPERATOR(pg_catalog.<) ($7 OPERATOR(pg_catalog.-) $6)"
+		" THEN pg_catalog.timezone('UTC', pg_catalog.timezone('UTC', $6)"
+		" OPERATOR(pg_catalog.+) (expires_at OPERATOR(pg_catalog.-) created_at))"
+		" ELSE $7 END) ELSE expires_at END" WHERE_ID
 		" AND fence" EQ "$3" OPEN_STATUS,
-		6, {TEXTOID, TEXTOID, INT8OID, TEXTOID, JSONBOID, TIMESTAMPTZOID}
+		7, {TEXTOID, TEXTOID, INT8OID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	/*
 	 * A released key keeps its record, as a claim whose lease ended at $4:
@@ -751,7 +761,7 @@ bool
 store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
 				  Jsonb *result, TimestampTz now)
 {
-	Datum		values[6];
+	Datum		values[7];
 	bool		updated;
 
 	if (direct_answered(direct_set_outcome(store_relid(), id, fence, status,
@@ -763,6 +773,7 @@ store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
 	values[3] = CStringGetTextDatum(idem_status_names[status]);
 	values[4] = JsonbPGetDatum(result);
 	values[5] = TimestampTzGetDatum(now);
+	values[6] = TimestampTzGetDatum(IDEM_LAST_TIMESTAMP);
 	return store_exec(PLAN_SET_OUTCOME, values, NULL, SPI_OK_UPDATE) == 1;
 }
 

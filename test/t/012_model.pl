@@ -912,7 +912,7 @@ my $state_sql = q{SELECT line FROM (
   SELECT 1, scope, key, 0, format('%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s',
          scope, key, status, fingerprint, result, recovery_point, fence,
          locked_until IS NOT NULL, coalesce(locked_until > clock_timestamp(), false),
-         CASE WHEN status = 'in_progress' THEN expires_at
+         CASE WHEN status NOT IN ('succeeded', 'failed') THEN expires_at
               ELSE greatest(expires_at, timezone('UTC', timezone('UTC', updated_at) + (expires_at - created_at))) END
            <= clock_timestamp(),
          rel_t(created_at), rel_t(updated_at), rel_t(expires_at), rel_t(locked_until),
