@@ -437,13 +437,13 @@ claim_answer_or_sleep(FunctionCallInfo fcinfo, const IdemKey *id,
  *	  (outcome_wait.c).  ttl, lease and wait_for_outcome are fixed
  *	  durations (interval_end).  Errors: IK001 fingerprint mismatch, 25001
  *	  leased claim inside a transaction block, subtransaction or pipeline,
- *	  22004 NULL key, scope or wait, 22023 empty/over-long key or scope,
- *	  non-positive ttl, lease or wait_for_outcome, 22008 one of them too
- *	  long, 55000 wait_for_outcome without the library preloaded, 25001
- *	  also wait_for_outcome in a transaction that has written or locked
- *	  rows, 0A000 wait_for_outcome under a transaction snapshot, 25006
- *	  read-only transaction or standby, 57014 canceled while waiting; 40001
- *	  and 40P01 come from the unique index as for INSERT ... ON CONFLICT.
+ *	  or wait_for_outcome in a transaction that has written or locked rows,
+ *	  0A000 wait_for_outcome under a transaction snapshot, 22004 NULL key,
+ *	  scope or wait, 22023 empty/over-long key or scope, non-positive ttl,
+ *	  lease or wait_for_outcome, 22008 one of them too long, 55000
+ *	  wait_for_outcome without the library preloaded, 25006 read-only
+ *	  transaction or standby, 57014 canceled while waiting; 40001 and 40P01
+ *	  come from the unique index as for INSERT ... ON CONFLICT.
  */
 PG_FUNCTION_INFO_V1(idem_claim);
 Datum
