@@ -65,33 +65,22 @@ COMMENT ON TYPE @extschema@.idem_claim_result IS
 -- shard, idem_transition on keys of several columns
 -------------------------------------------------------------------------------
 
--- The view reads the records through a PL/pgSQL function, which the
--- planner cannot inline: on a Citus table the function's query runs on every
--- shard and the view then sorts the merged rows, where a sorted subquery
--- pushed down to the shards would lose its order (and Citus refuses the
--- parameters of an SQL function).  The clock is read once, in the view.
+-- The view reads the records through a C function, which the planner
+-- cannot inline: on a Citus table the function's query runs on every shard
+-- and the view then sorts the merged rows, where a sorted subquery pushed
+-- down to the shards would lose its order.  The function also does the work
+-- of a role without privileges on the table, in its granted scopes.  The
+-- clock is read once, in the view.
 CREATE FUNCTION @extschema@.idem_pending_at(at timestamptz)
 RETURNS TABLE (scope text, key text, status @extschema@.idem_status,
                fence bigint, recovery_point text, detail jsonb,
                locked_until timestamptz, created_at timestamptz,
                updated_at timestamptz, expires_at timestamptz)
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-BEGIN
-    RETURN QUERY
-    SELECT r.scope, r.key, r.status, r.fence, r.recovery_point, r.result,
-           r.locked_until, r.created_at, r.updated_at, r.expires_at
-      FROM ONLY @extschema@.idempotent_record AS r
-     WHERE r.status OPERATOR(pg_catalog.=) 'unknown'::@extschema@.idem_status
-        OR (r.status OPERATOR(pg_catalog.=) 'in_progress'::@extschema@.idem_status
-            AND COALESCE(r.locked_until, r.created_at) OPERATOR(pg_catalog.<=) at);
-END
-$$;
+AS 'MODULE_PATHNAME', 'idem_pending_at'
+LANGUAGE C STABLE;
 
 COMMENT ON FUNCTION @extschema@.idem_pending_at(timestamptz) IS
-'the rows of idem_pending as of time at (timestamptz; the view passes clock_timestamp()), unordered: unknown records and in_progress records whose lease (or, for an in-transaction claim, whose claim time) ended by at. Runs with the caller''s privileges and row level security; no errors of its own';
+'the rows of idem_pending as of time at (timestamptz; the view passes clock_timestamp()), unordered: unknown records and in_progress records whose lease (or, for an in-transaction claim, whose claim time) ended by at. Runs with the caller''s privileges and row level security, or, for a role without SELECT on idempotent_record, as its owner in the scopes idem_scope_grant grants the role. Errors: 22004 NULL at';
 
 CREATE OR REPLACE VIEW @extschema@.idem_pending WITH (security_invoker = true) AS
 SELECT p.scope, p.key, p.status, p.fence, p.recovery_point, p.detail,
@@ -117,9 +106,10 @@ COMMENT ON FUNCTION @extschema@.idem_transition(regclass, anycompatible, text, t
 -- Outcomes that are HOT updates.  A final outcome no longer moves
 -- expires_at (indexed): expires_at stays the claim's (claim time + ttl),
 -- and a final outcome is kept at least its retention (expires_at -
--- created_at) after it was recorded (updated_at).  Records finished before the update had
--- expires_at moved to outcome time + ttl; the same rule keeps them at least
--- that long (longer by the time from their claim to their outcome).  The
+-- created_at) after it was recorded (updated_at).  Records finished
+-- before the update had expires_at moved to outcome time + ttl; the same
+-- rule keeps them at least that long (longer by the time from their claim
+-- to their outcome).  The
 -- table's layout is unchanged: the library reads 1.0's records and 1.1's
 -- alike, before and after the update.
 -------------------------------------------------------------------------------
@@ -128,3 +118,38 @@ COMMENT ON COLUMN @extschema@.idempotent_record.expires_at IS
 'claim time + ttl, set by the claim (a final outcome does not move it, an unknown one moves it to its time + the same retention); a final outcome is kept until then and at least its retention (expires_at - created_at) after updated_at, the outcome''s time';
 COMMENT ON COLUMN @extschema@.idempotent_record.updated_at IS
 'server time (clock_timestamp) of the last change; of a final record, the time its outcome was recorded';
+
+-------------------------------------------------------------------------------
+-- Least privilege: scope grants for roles without table privileges
+-------------------------------------------------------------------------------
+
+CREATE TABLE @extschema@.idem_scope_grant (
+    grantee regrole NOT NULL,
+    pattern text    NOT NULL CHECK (pattern OPERATOR(pg_catalog.<>) ''),
+    PRIMARY KEY (grantee, pattern)
+);
+REVOKE ALL ON @extschema@.idem_scope_grant FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_scope_grant', '');
+
+COMMENT ON TABLE @extschema@.idem_scope_grant IS
+'the scopes a role without privileges on idempotent_record and idempotency_token may use through the functions, which then work as the tables'' owner: grantee regrole (its members too), pattern text: an exact scope, a prefix ending in * (tenant_a:*), * for every scope, or {setting} for the scope named by a setting set for the current transaction only (SET LOCAL)';
+
+CREATE FUNCTION @extschema@.idem_scope_grants_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_scope_grants_changed'
+LANGUAGE C;
+
+COMMENT ON FUNCTION @extschema@.idem_scope_grants_changed() IS
+'statement trigger of idem_scope_grant: every backend drops its cached scope grants when the change commits. Errors: 39P01 not called as a trigger';
+
+CREATE TRIGGER idem_scope_grant_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.idem_scope_grant
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.idem_scope_grants_changed();
+
+CREATE FUNCTION @extschema@.idem_scope_permitted(scope text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_scope_permitted'
+LANGUAGE C STABLE;
+
+COMMENT ON FUNCTION @extschema@.idem_scope_permitted(text) IS
+'true when idem_scope_grant grants scope (text) to the current role or a role whose privileges it has, for views and policies. Errors: 22004 NULL scope';

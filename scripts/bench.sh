@@ -109,6 +109,42 @@ sqlv "SELECT bench_resp('SET', 'idem:bench:' || lpad(i::text, 12, '0'),
         FROM generate_series(0, $REPLAY_KEYS - 1) AS i" \
     | redis --pipe >/dev/null || exit 1
 
+# B8: the B1 and B2 flows as three application roles: one with table
+# grants (invoker mode), one with only a scope grant (delegated mode: the
+# table's owner does the work), one under the row level security recipe
+# (its policy applies while RLS is on, during its own runs only)
+HAS_SCOPE_GRANTS=$(sqlv "SELECT count(*) FROM pg_class WHERE relname = 'idem_scope_grant'")
+if [ "$HAS_SCOPE_GRANTS" -gt 0 ]; then
+    sql <<'EOF' || exit 1
+CREATE ROLE bench_grants LOGIN;
+CREATE ROLE bench_delegated LOGIN;
+CREATE ROLE bench_rls LOGIN;
+GRANT SELECT, INSERT, UPDATE, DELETE ON idempotent_record TO bench_grants, bench_rls;
+GRANT SELECT, INSERT, UPDATE ON bench_order TO bench_grants, bench_delegated, bench_rls;
+GRANT USAGE ON SEQUENCE bench_order_id_seq TO bench_grants, bench_delegated, bench_rls;
+INSERT INTO idem_scope_grant VALUES ('bench_delegated', 'bench');
+CREATE POLICY bench_tenant ON idempotent_record TO bench_rls
+    USING (scope = current_setting('app.tenant'))
+    WITH CHECK (scope = current_setting('app.tenant'));
+EOF
+fi
+# bench_roles: one run of each B8 row
+bench_roles() {
+    local role
+    for role in grants delegated; do
+        pgbench_run "b8_${role}_b1" b1_ext.pgbench "$CLIENTS" "$SC_OFF" -U "bench_$role" &&
+            pgbench_parse "b8_${role}_b1"
+        pgbench_run "b8_${role}_b2" b2_ext.pgbench "$CLIENTS" "" -U "bench_$role" &&
+            pgbench_parse "b8_${role}_b2"
+    done
+    sql -c "ALTER TABLE idempotent_record ENABLE ROW LEVEL SECURITY" || return 1
+    pgbench_run b8_rls_b1 b1_ext.pgbench "$CLIENTS" "$SC_OFF -c app.tenant=bench" -U bench_rls &&
+        pgbench_parse b8_rls_b1
+    pgbench_run b8_rls_b2 b2_ext.pgbench "$CLIENTS" "-c app.tenant=bench" -U bench_rls &&
+        pgbench_parse b8_rls_b2
+    sql -c "ALTER TABLE idempotent_record DISABLE ROW LEVEL SECURITY"
+}
+
 # ---------------------------------------------------------------------------
 # Measurements.  R[name.run] holds one number per row and run.
 declare -A R
@@ -272,6 +308,9 @@ for run in $(seq "$RUNS"); do
         bench_purge || FAILED_ROWS+=(b5)
     fi
     bench_b7
+    if [ "$HAS_SCOPE_GRANTS" -gt 0 ]; then
+        bench_roles || FAILED_ROWS+=(b8)
+    fi
 done
 
 # ---------------------------------------------------------------------------
@@ -440,6 +479,16 @@ row B7 "Python client: extension vs Redis lock (req/s)" "$(fmt "$(med b7_ext)")"
 B7_DUP_EXT=$(( $(values b7_dup_ext | paste -sd+ | sed 's/^$/0/') ))
 B7_DUP_REDIS=$(( $(values b7_dup_redis | paste -sd+ | sed 's/^$/0/') ))
 row B7 "duplicate effects, client killed (all runs)" "$B7_DUP_EXT" "Redis lock + PG $B7_DUP_REDIS" "" "0" "$([ "$B7_DUP_EXT" -eq 0 ] && echo met || echo MISSED)"
+if [ "$HAS_SCOPE_GRANTS" -gt 0 ]; then
+    r=$(ratio b8_delegated_b1 b8_grants_b1)
+    row B8 "new key: scope grant (delegated) vs grants" "$(fmt "$(med b8_delegated_b1)")" "table grants $(fmt "$(med b8_grants_b1)")" "$(fmt "$r" 2)" "" ""
+    r=$(ratio b8_delegated_b2 b8_grants_b2)
+    row B8 "replay: scope grant (delegated) vs grants" "$(fmt "$(med b8_delegated_b2)")" "table grants $(fmt "$(med b8_grants_b2)")" "$(fmt "$r" 2)" "" ""
+    r=$(ratio b8_delegated_b1 b8_rls_b1)
+    row B8 "new key: delegated vs row level security" "" "RLS recipe $(fmt "$(med b8_rls_b1)")" "$(fmt "$r" 2)" "" ""
+    r=$(ratio b8_delegated_b2 b8_rls_b2)
+    row B8 "replay: delegated vs row level security" "" "RLS recipe $(fmt "$(med b8_rls_b2)")" "$(fmt "$r" 2)" "" ""
+fi
 row B1 "counter overhead, sync commit off (tps)" "$(fmt "$(med b1_preload)") counting" "$(fmt "$(med b1_nopreload)") not preloaded" "$(fmt "$OVER" 2)%" "< 2%" "$(verdict "$OVER" '<' 2)"
 echo
 echo "B3 effects written by the extension's claimers: $(values b3_ext_eff | paste -sd' ') (per run);" \

@@ -62,7 +62,7 @@ run_tap_suite() {
     fi
     say "TAP tests (leases, pg_cron, crash, failover, model, dump/upgrade)"
     dir=$(mktemp -d /tmp/idempotency-tap.XXXXXX)
-    cp -r Makefile README.md idempotency.control test examples "$dir/"
+    cp -r Makefile README.md docs idempotency.control test examples "$dir/"
     [ "$(id -u)" -eq 0 ] && chown -R "$CLUSTER_OS_USER" "$dir"
     as_cluster_user make -s -C "$dir" PG_CONFIG="$PG_CONFIG" TAP_TESTDIR="$dir" tapcheck 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
@@ -90,6 +90,7 @@ run_http_suite() {
     dir=$(mktemp -d /tmp/idempotency-pgbouncer.XXXXXX)
     printf '%s\n' '[databases]' \
         "idempotency_http = host=$PGHOST port=$PGPORT dbname=idempotency_http user=postgres" \
+        "idempotency_http_one = host=$PGHOST port=$PGPORT dbname=idempotency_http user=postgres pool_size=1" \
         '[pgbouncer]' 'listen_addr = 127.0.0.1' "listen_port = $bouncer" 'unix_socket_dir =' \
         'auth_type = trust' "auth_file = $dir/users.txt" 'pool_mode = transaction' \
         'max_client_conn = 200' 'default_pool_size = 10' \

@@ -344,7 +344,7 @@ static void
 claim_answer(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 			 ClaimLoop *loop, ClaimAnswer *a)
 {
-	store_begin(fcinfo->flinfo->fn_oid, !loop->wait);
+	store_begin(fcinfo->flinfo->fn_oid, !loop->wait, id->scope);
 	while (!claim_attempt(fcinfo, id, fingerprint, loop, a))
 		CHECK_FOR_INTERRUPTS();
 	store_end();
@@ -533,10 +533,35 @@ idem_lookup(PG_FUNCTION_ARGS)
 	HeapTuple	tuple;
 
 	InitMaterializedSRF(fcinfo, 0);
-	store_begin(fcinfo->flinfo->fn_oid, false);
+	store_begin(fcinfo->flinfo->fn_oid, false, id.scope);
 	tuple = store_lookup(&id, GetCurrentTimestamp());
 	store_end();
 	if (tuple != NULL)
 		tuplestore_puttuple(rsinfo->setResult, tuple);
+	return (Datum) 0;
+}
+
+/*
+ * idem_pending_at(at timestamptz) RETURNS TABLE (scope, key, status, fence,
+ *				   recovery_point, detail, locked_until, created_at,
+ *				   updated_at, expires_at)
+ *	  The rows of the idem_pending view as of at, unordered: unknown
+ *	  records and in_progress ones whose lease (or claim time, for an
+ *	  in-transaction claim) ended by at.  With the caller's privileges and
+ *	  row level security, or, for a role without SELECT on the table, as
+ *	  its owner and only in the scopes granted to the role.  Errors: 22004
+ *	  NULL at.
+ */
+PG_FUNCTION_INFO_V1(idem_pending_at);
+Datum
+idem_pending_at(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	require_arg(fcinfo, 0, "at", "idem_pending_at");
+	InitMaterializedSRF(fcinfo, 0);
+	store_begin(fcinfo->flinfo->fn_oid, false, NULL);
+	store_pending(PG_GETARG_TIMESTAMPTZ(0), rsinfo->setResult);
+	store_end();
 	return (Datum) 0;
 }

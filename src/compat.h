@@ -18,6 +18,8 @@
 #include "nodes/execnodes.h"
 #include "nodes/parsenodes.h"
 #include "utils/acl.h"
+#include "utils/guc.h"
+#include "utils/guc_tables.h"
 #include "utils/relcache.h"
 
 /* 18 replaced pg_attribute_noreturn() (after the declarator) by a prefix */
@@ -193,6 +195,23 @@ compat_b64_encode(const uint8 *src, int len, char *dst, int dstlen)
 	return pg_b64_encode(src, len, dst, dstlen);
 #else
 	return pg_b64_encode((const char *) src, len, dst, dstlen);
+#endif
+}
+
+/* The setting called name (case-insensitive), or NULL: find_option from 16 */
+static inline struct config_generic *
+compat_find_guc(const char *name)
+{
+#if PG_VERSION_NUM >= 160000
+	return find_option(name, false, true, ERROR);
+#else
+	struct config_generic **vars = get_guc_variables();
+	int			n = GetNumConfigOptions();
+
+	for (int i = 0; i < n; i++)
+		if (pg_strcasecmp(vars[i]->name, name) == 0)
+			return vars[i];
+	return NULL;
 #endif
 }
 

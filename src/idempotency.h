@@ -15,6 +15,7 @@
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
 #include "utils/jsonb.h"
+#include "utils/tuplestore.h"
 
 #include "compat.h"
 
@@ -112,7 +113,8 @@ typedef struct IdemClaimSpec
  * privileges (SPI is connected when a statement needs it); copied-out
  * values live in the caller's context.
  */
-extern void store_begin(Oid extension_function, bool nowait);
+extern void store_begin(Oid extension_function, bool nowait,
+						const char *scope);
 extern void store_end(void);
 extern void store_register_callbacks(void);
 extern bool store_read(const IdemKey *id, IdemRecord *rec);
@@ -140,6 +142,7 @@ extern IdemStatus idem_status_from_name(const char *name);
 extern bool store_write_blocked_by_key(const IdemKey *id, bytea **fingerprint);
 extern bool store_probe_uncommitted(const IdemKey *id, bytea **fingerprint);
 extern HeapTuple store_lookup(const IdemKey *id, TimestampTz now);
+extern void store_pending(TimestampTz at, Tuplestorestate *rows);
 
 /*
  * record_direct.c: the direct heap/index path behind record_store.c, used
@@ -170,6 +173,23 @@ extern void idem_check_preload_order(void);
 extern int64 idem_purge_by_scope(SavedPlans *set, int scopes_plan,
 								 int scope_plan, Oid namespace,
 								 TimestampTz now, int32 batch_size);
+
+/*
+ * delegation.c: invoker mode for a caller that holds privileges on the
+ * table, else the scope grants and the table owner's user id.
+ */
+typedef struct IdemActor
+{
+	Oid			caller;			/* the calling role */
+	bool		delegated;		/* working as the table's owner */
+	Oid			save_user;
+	int			save_sec;
+} IdemActor;
+
+extern void actor_begin(IdemActor *actor, Oid relid, Oid namespace,
+						const char *scope);
+extern void actor_end(IdemActor *actor);
+extern bool scope_permitted(Oid role, Oid namespace, const char *scope);
 
 /* tokens.c: expired single-use tokens, for idem_purge */
 extern int64 tokens_purge(Oid fn, TimestampTz now, int32 batch_size);

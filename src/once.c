@@ -63,7 +63,7 @@ idem_once(PG_FUNCTION_ARGS)
 	(void) ttl_end(fcinfo, 2, GetCurrentTimestamp());	/* check it first */
 	require_read_write("idem_once");
 
-	store_begin(fcinfo->flinfo->fn_oid, false);
+	store_begin(fcinfo->flinfo->fn_oid, false, id.scope);
 	while ((first = once_attempt(fcinfo, &id, &hidden)) < 0)
 		CHECK_FOR_INTERRUPTS();
 	store_end();

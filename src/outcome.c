@@ -151,7 +151,7 @@ record_outcome(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 	bool		done;
 
 	require_read_write(fn);
-	store_begin(fcinfo->flinfo->fn_oid, false);
+	store_begin(fcinfo->flinfo->fn_oid, false, id->scope);
 	fence = required_fence(fcinfo, id, fence_arg, fn, &held);
 	if (kind == RELEASE_KEY)
 		done = store_release(id, fence, result, GetCurrentTimestamp());
@@ -254,7 +254,7 @@ idem_checkpoint(PG_FUNCTION_ARGS)
 	recovery_point = text_to_cstring(PG_GETARG_TEXT_PP(1));
 	require_read_write("idem_checkpoint");
 
-	store_begin(fcinfo->flinfo->fn_oid, false);
+	store_begin(fcinfo->flinfo->fn_oid, false, id.scope);
 	fence = required_fence(fcinfo, &id, 3, "idem_checkpoint", &held);
 	if (!store_checkpoint(&id, fence, recovery_point, GetCurrentTimestamp()))
 		explain_refusal(&id, fence, "idem_checkpoint");
@@ -285,7 +285,7 @@ idem_extend_lease(PG_FUNCTION_ARGS)
 	locked_until = interval_end(fcinfo, 1, "lease", now);
 	require_read_write("idem_extend_lease");
 
-	store_begin(fcinfo->flinfo->fn_oid, false);
+	store_begin(fcinfo->flinfo->fn_oid, false, id.scope);
 	fence = required_fence(fcinfo, &id, 3, "idem_extend_lease", &held);
 	if (!store_extend_lease(&id, fence, locked_until, now))
 		explain_refusal(&id, fence, "idem_extend_lease");

@@ -36,7 +36,7 @@ idem_purge(PG_FUNCTION_ARGS)
 
 	require_read_write("idem_purge");
 	now = GetCurrentTimestamp();
-	store_begin(fcinfo->flinfo->fn_oid, false);
+	store_begin(fcinfo->flinfo->fn_oid, false, NULL);
 	purged = store_purge(now, batch_size);
 	store_end();
 	if (purged < batch_size)

@@ -55,6 +55,7 @@ typedef enum StorePlanId
 	PLAN_PURGE_SCOPE,
 	PLAN_SHARD_OF,
 	PLAN_SHARD_PROBE,
+	PLAN_PENDING,
 	NUM_PLANS
 } StorePlanId;
 
@@ -225,6 +226,18 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 		"HAVING true",
 		3, {TEXTOID, TEXTOID, INT8OID}
 	},
+	/*
+	 * The rows of idem_pending at $1, unordered (on a Citus table a query
+	 * of every shard; the view sorts the merged rows)
+	 */
+	[PLAN_PENDING] = {
+		"SELECT scope, key, status, fence, recovery_point, result,"
+		" locked_until, created_at, updated_at, expires_at FROM ONLY %1$s"
+		" WHERE status" EQ STATUS("unknown")
+		" OR (status" EQ STATUS("in_progress")
+		" AND COALESCE(locked_until, created_at)" LE "$1)",
+		1, {TIMESTAMPTZOID}
+	},
 };
 
 static SPIPlanPtr plans[NUM_PLANS];
@@ -250,6 +263,7 @@ typedef struct StoreBracket
 	bool		nowait;			/* claim writes must not wait */
 	WriteBlocked write_blocked; /* ... and the last one would have */
 	bool		spi_connected;	/* SPI is connected on first use */
+	IdemActor	actor;			/* invoker or delegated (delegation.c) */
 } StoreBracket;
 
 #define MAX_NESTED_BRACKETS 16
@@ -471,10 +485,13 @@ store_write_blocked_by_key(const IdemKey *id, bytea **fingerprint)
 /*
  * Open the store for one SQL-callable function.  The table is the one in
  * the schema of that function, which is the extension's schema.  With
- * nowait, the writes of a claim never wait for another transaction.
+ * nowait, the writes of a claim never wait for another transaction.  A
+ * caller without any privilege on the table works in delegated mode: its
+ * right to scope is checked first, then the table's owner does the work
+ * (delegation.c); scope NULL for purge and idem_pending_at.
  */
 void
-store_begin(Oid extension_function, bool nowait)
+store_begin(Oid extension_function, bool nowait, const char *scope)
 {
 	if (n_nested == MAX_NESTED_BRACKETS)
 		ereport(ERROR,
@@ -489,6 +506,7 @@ store_begin(Oid extension_function, bool nowait)
 	cur.nowait = nowait;
 	cur.namespace = get_func_namespace(extension_function);
 	cur.spi_connected = false;
+	actor_begin(&cur.actor, store_relid(), cur.namespace, scope);
 }
 
 /* Did the direct path answer?  Then *found is its answer. */
@@ -546,6 +564,7 @@ store_end(void)
 {
 	if (cur.spi_connected)
 		SPI_finish();
+	actor_end(&cur.actor);
 	cur = nested[--n_nested].enclosing;
 }
 
@@ -867,6 +886,34 @@ store_lookup(const IdemKey *id, TimestampTz now)
 	tuple = heap_copytuple(&row);
 	MemoryContextSwitchTo(old);
 	return tuple;
+}
+
+/*
+ * The rows of idem_pending at at, into rsinfo's tuplestore (its tuple
+ * descriptor has the columns of PLAN_PENDING, in order); in delegated mode
+ * only those of scopes the caller was granted.
+ */
+void
+store_pending(TimestampTz at, Tuplestorestate *rows)
+{
+	Datum		values[1];
+	uint64		n;
+
+	values[0] = TimestampTzGetDatum(at);
+	n = store_exec(PLAN_PENDING, values, NULL, SPI_OK_SELECT);
+	for (uint64 i = 0; i < n; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+
+		if (cur.actor.delegated)
+		{
+			char	   *scope = SPI_getvalue(row, SPI_tuptable->tupdesc, 1);
+
+			if (!scope_permitted(cur.actor.caller, cur.namespace, scope))
+				continue;
+		}
+		tuplestore_puttuple(rows, row);
+	}
 }
 
 /*

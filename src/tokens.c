@@ -90,6 +90,20 @@ token_exec(Oid fn, TokenPlanId id, Datum *values, int expected)
 }
 
 /*
+ * Begin fn's work on idempotency_token: with the caller's privileges when
+ * it has any on the table, else as its owner after the scope check
+ * (delegation.c).
+ */
+static void
+token_actor_begin(IdemActor *actor, Oid fn, const char *scope)
+{
+	Oid			namespace = get_func_namespace(fn);
+
+	actor_begin(actor, get_relname_relid("idempotency_token", namespace),
+				namespace, scope);
+}
+
+/*
  * TOKEN_RANDOM_BYTES from the strong source, in PostgreSQL's base64 made
  * URL-safe (RFC 4648 §5: - and _ for + and /, no = padding).
  */
@@ -135,6 +149,7 @@ idem_token_issue(PG_FUNCTION_ARGS)
 	char	   *scope;
 	char	   *token;
 	Datum		values[4];
+	IdemActor	actor;
 
 	require_arg(fcinfo, 0, "scope", "idem_token_issue");
 	require_arg(fcinfo, 1, "ttl", "idem_token_issue");
@@ -146,6 +161,7 @@ idem_token_issue(PG_FUNCTION_ARGS)
 	values[2] = TimestampTzGetDatum(now);
 	values[3] = TimestampTzGetDatum(interval_end(fcinfo, 1, "ttl", now));
 
+	token_actor_begin(&actor, fcinfo->flinfo->fn_oid, scope);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	for (;;)
@@ -162,6 +178,7 @@ idem_token_issue(PG_FUNCTION_ARGS)
 		CHECK_FOR_INTERRUPTS();
 	}
 	SPI_finish();
+	actor_end(&actor);
 	idem_count(IDEM_COUNT_TOKENS_ISSUED);
 
 	PG_RETURN_TEXT_P(cstring_to_text(token));
@@ -184,6 +201,7 @@ idem_token_consume(PG_FUNCTION_ARGS)
 {
 	Datum		values[3];
 	bool		consumed;
+	IdemActor	actor;
 
 	require_arg(fcinfo, 0, "token", "idem_token_consume");
 	require_arg(fcinfo, 1, "scope", "idem_token_consume");
@@ -192,11 +210,13 @@ idem_token_consume(PG_FUNCTION_ARGS)
 	values[1] = PointerGetDatum(PG_GETARG_TEXT_PP(0));
 	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
 
+	token_actor_begin(&actor, fcinfo->flinfo->fn_oid, text_to_cstring(PG_GETARG_TEXT_PP(1)));
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	consumed = token_exec(fcinfo->flinfo->fn_oid, TOKEN_PLAN_CONSUME, values,
 						  SPI_OK_UPDATE) == 1;
 	SPI_finish();
+	actor_end(&actor);
 	idem_count(consumed ? IDEM_COUNT_TOKENS_CONSUMED : IDEM_COUNT_TOKENS_REFUSED);
 
 	PG_RETURN_BOOL(consumed);
@@ -211,9 +231,11 @@ tokens_purge(Oid fn, TimestampTz now, int32 batch_size)
 {
 	Datum		values[2];
 	int64		purged;
+	IdemActor	actor;
 
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = Int32GetDatum(batch_size);
+	token_actor_begin(&actor, fn, NULL);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (idem_citus_table(get_relname_relid("idempotency_token", get_func_namespace(fn))))
@@ -223,5 +245,6 @@ tokens_purge(Oid fn, TimestampTz now, int32 batch_size)
 	else
 		purged = (int64) token_exec(fn, TOKEN_PLAN_PURGE, values, SPI_OK_DELETE);
 	SPI_finish();
+	actor_end(&actor);
 	return purged;
 }

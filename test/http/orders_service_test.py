@@ -184,6 +184,32 @@ try:
     s, h, _ = post(PORT + 1, "killed", {"sku": "k", "qty": 1}, "?mode=leased")
     check(s == 201 and "Idempotent-Replayed" not in h, f"the retry after the lease takes the key over: 201 (got {s})")
     check(orders_of(["killed"]).get("killed") == 1, "one order for the killed worker's key")
+
+    # least privilege through the pooler: a role without table privileges
+    # whose scope comes from a setting ({app.tenant}); a session-level SET
+    # by one client stays on the pooled server connection, and the next
+    # client on it must not be served in that scope; SET LOCAL is honoured
+    with psycopg.connect(DIRECT_DSN, autocommit=True) as conn:
+        conn.execute("DO $$ BEGIN CREATE ROLE http_tenant_app; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+        conn.execute("INSERT INTO idem_scope_grant VALUES ('http_tenant_app', '{app.tenant}') ON CONFLICT DO NOTHING")
+    one = POOLED_DSN.replace("dbname=idempotency_http", "dbname=idempotency_http_one")
+    with psycopg.connect(one, autocommit=True, prepare_threshold=None) as first, \
+            psycopg.connect(one, autocommit=True, prepare_threshold=None) as second:
+        first.execute("SET app.tenant = 'tenant_leak'")
+        try:
+            with second.transaction():
+                second.execute("SET LOCAL ROLE http_tenant_app")
+                second.execute("SELECT idem_lookup('k', 'tenant_leak')")
+            leaked = True
+        except psycopg.Error as e:
+            leaked = e.sqlstate != "42501"
+        check(not leaked, "a tenant set with a session-level SET by one pooled client is not honoured for the next")
+        with second.transaction():
+            second.execute("SET LOCAL ROLE http_tenant_app")
+            second.execute("SET LOCAL app.tenant = 'tenant_own'")
+            row = second.execute("SELECT outcome FROM idem_claim('k', scope => 'tenant_own')").fetchone()
+            second.execute("SELECT idem_finish('k', '{}', scope => 'tenant_own')")
+        check(row[0] == "claimed", f"a tenant set with SET LOCAL is honoured (got {row[0]})")
 finally:
     for p in services:
         if p.poll() is None:

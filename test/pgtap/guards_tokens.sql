@@ -279,11 +279,11 @@ SELECT throws_ok($$SELECT idem_token_issue(repeat('s', 256))$$,
 CREATE ROLE regress_tap_tokenless;
 SET LOCAL ROLE regress_tap_tokenless;
 SELECT throws_ok($$SELECT idem_token_issue('f')$$,
-    '42501', 'permission denied for table idempotency_token',
-    'a role without privileges on idempotency_token cannot issue (42501)');
+    '42501', 'permission denied for idempotency scope "f"',
+    'a role without privileges on idempotency_token and without a scope grant cannot issue (42501)');
 SELECT throws_ok($$SELECT idem_token_consume('t')$$,
-    '42501', 'permission denied for table idempotency_token',
-    'a role without privileges on idempotency_token cannot consume (42501)');
+    '42501', 'permission denied for idempotency scope ""',
+    'a role without privileges on idempotency_token and without a scope grant cannot consume (42501)');
 RESET ROLE;
 
 SELECT * FROM finish();

@@ -57,7 +57,7 @@ is($node->safe_psql('grants', "SET ROLE app; $app_work"), "claimed\n\nreplay\nt"
 is($node->safe_psql('grants', 'SET ROLE maint; SELECT idem_purge(); CALL idem_purge_all(); SELECT count(*) FROM idem_pending;'),
 	"1\n0", 'install grants: the maintenance role purges and reads idem_pending');
 ($rc, $out, $err) = $node->psql('grants', "SET ROLE stranger; SELECT * FROM idem_claim('k2')");
-like($err, qr/permission denied for table idempotent_record/,
+like($err, qr/permission denied for idempotency scope/,
 	'without the grants a role gets 42501');
 
 $node->stop;

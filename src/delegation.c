@@ -1,0 +1,255 @@
+/*
+ * delegation.c
+ *	  Least privilege.  A role that holds privileges on the extension's
+ *	  tables uses the functions as before, with its own privileges and row
+ *	  level security (invoker mode).  A role that holds none is checked
+ *	  against the
+ *	  scope grants (idem_scope_grant) before anything is read, locked or
+ *	  waited for, and the function then does its table work as the table's
+ *	  owner (delegated mode), the way pg_cron writes its job table: the
+ *	  user id is switched with SECURITY_LOCAL_USERID_CHANGE and
+ *	  SECURITY_RESTRICTED_OPERATION and switched back at the end of the
+ *	  call, or by the (sub)transaction's abort.  Such a role can then only
+ *	  do what the functions do: it cannot forge a fence, rewrite a result,
+ *	  plant or delete a record, or reach a scope it was not granted.
+ *
+ * A grant names a role (it applies to its members, as table privileges
+ * do) and a pattern: an exact scope, a prefix ('tenant_a:*'), '*' for
+ * every scope, or '{setting}', the scope named by a setting that was set
+ * for the current transaction only (SET LOCAL, set_config(..., true)): a
+ * session-level SET would outlive the request, through a transaction
+ * pooler into the next client's.  The grants are cached per backend and
+ * the cache is dropped when a statement changes the table (its trigger
+ * sends a relcache invalidation, which reaches every backend at commit).
+ */
+#include "idempotency.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type_d.h"
+#include "commands/trigger.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/guc_tables.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
+#include "catalog/pg_class.h"
+
+typedef struct ScopeGrant
+{
+	Oid			grantee;
+	char	   *pattern;
+} ScopeGrant;
+
+/* The grants of grants_table, valid until its relcache entry is invalidated */
+static List *grants = NIL;
+static Oid	grants_table = InvalidOid;
+static bool grants_valid = false;
+static MemoryContext grants_context = NULL;
+
+static Oid
+table_owner(Oid relid)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
+static void
+grants_relcache_callback(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == grants_table)
+		grants_valid = false;
+}
+
+/* Read idem_scope_grant of the extension's schema, as its owner */
+static void
+load_grants(Oid namespace)
+{
+	Oid			relid = get_relname_relid("idem_scope_grant", namespace);
+	Oid			save_user;
+	int			save_sec;
+	char	   *sql;
+	MemoryContext old;
+
+	if (!OidIsValid(relid))
+		elog(ERROR, "table idem_scope_grant is missing from the extension's schema");
+	if (grants_context == NULL)
+	{
+		grants_context = AllocSetContextCreate(TopMemoryContext, "idempotency scope grants",
+											   ALLOCSET_SMALL_SIZES);
+		CacheRegisterRelcacheCallback(grants_relcache_callback, (Datum) 0);
+	}
+	MemoryContextReset(grants_context);
+	grants = NIL;
+	grants_table = relid;
+	grants_valid = true;		/* an invalidation while reading clears it */
+
+	sql = psprintf("SELECT grantee::pg_catalog.oid, pattern FROM ONLY %s.idem_scope_grant",
+				   quote_identifier(get_namespace_name(namespace)));
+	GetUserIdAndSecContext(&save_user, &save_sec);
+	SetUserIdAndSecContext(table_owner(relid), save_sec | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute(sql, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "reading idem_scope_grant failed");
+	old = MemoryContextSwitchTo(grants_context);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		ScopeGrant *g = palloc(sizeof(ScopeGrant));
+		bool		isnull;
+
+		g->grantee = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+													SPI_tuptable->tupdesc, 1, &isnull));
+		g->pattern = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+		grants = lappend(grants, g);
+	}
+	MemoryContextSwitchTo(old);
+	SPI_finish();
+	SetUserIdAndSecContext(save_user, save_sec);
+}
+
+/*
+ * The value of setting name when the current transaction set it with SET
+ * LOCAL (or set_config(..., true)), else NULL.
+ */
+static const char *
+transaction_local_setting(const char *name)
+{
+	struct config_generic *gconf = compat_find_guc(name);
+
+	if (gconf == NULL || gconf->stack == NULL ||
+		(gconf->stack->state != GUC_LOCAL && gconf->stack->state != GUC_SET_LOCAL))
+		return NULL;
+	return GetConfigOption(name, true, false);
+}
+
+static bool
+pattern_matches(const char *pattern, const char *scope)
+{
+	size_t		len = strlen(pattern);
+
+	if (len >= 2 && pattern[0] == '{' && pattern[len - 1] == '}')
+	{
+		char	   *name = pnstrdup(pattern + 1, len - 2);
+		const char *value = transaction_local_setting(name);
+
+		return value != NULL && strcmp(value, scope) == 0;
+	}
+	if (len >= 1 && pattern[len - 1] == '*')
+		return strncmp(pattern, scope, len - 1) == 0;
+	return strcmp(pattern, scope) == 0;
+}
+
+/* Does a grant to role, or to a role whose privileges it has, match scope? */
+bool
+scope_permitted(Oid role, Oid namespace, const char *scope)
+{
+	ListCell   *lc;
+
+	if (!grants_valid || grants_table != get_relname_relid("idem_scope_grant", namespace))
+		load_grants(namespace);
+	foreach(lc, grants)
+	{
+		ScopeGrant *g = lfirst(lc);
+
+		if (has_privs_of_role(role, g->grantee) && pattern_matches(g->pattern, scope))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Begin the table work of a call on relid.  Invoker mode when the caller
+ * holds any privilege on the table (it works as it always has, each
+ * statement checked against its privileges); else the caller's right to
+ * scope is checked (42501, the same for used and unused keys; scope NULL:
+ * the function is gated by EXECUTE or filters by scope itself) and the
+ * user id becomes the table's owner until actor_end.
+ */
+void
+actor_begin(IdemActor *actor, Oid relid, Oid namespace, const char *scope)
+{
+	actor->caller = GetUserId();
+	actor->delegated = false;
+	if (pg_class_aclmask(relid, actor->caller,
+						 ACL_SELECT | ACL_INSERT | ACL_UPDATE | ACL_DELETE | ACL_TRUNCATE,
+						 ACLMASK_ANY) != 0)
+		return;
+	if (scope != NULL && !scope_permitted(actor->caller, namespace, scope))
+		ereport(ERROR,
+				errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				errmsg("permission denied for idempotency scope \"%s\"", scope),
+				errdetail("Role \"%s\" has neither privileges on table %s nor a grant in idem_scope_grant that matches the scope.",
+						  GetUserNameFromId(actor->caller, false), get_rel_name(relid)),
+				errhint("Insert a row for the role, or a role it is a member of, into idem_scope_grant."));
+	/*
+	 * On a Citus table the switch must happen on the node that holds the
+	 * shard, where Citus runs a function delegated with
+	 * create_distributed_function (docs/citus.md): Citus refuses a
+	 * transaction whose placements two users wrote over its connections.
+	 */
+	GetUserIdAndSecContext(&actor->save_user, &actor->save_sec);
+	SetUserIdAndSecContext(table_owner(relid), actor->save_sec |
+						   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+	actor->delegated = true;
+}
+
+/* End it: back to the caller's user id (an error does that by abort) */
+void
+actor_end(IdemActor *actor)
+{
+	if (actor->delegated)
+		SetUserIdAndSecContext(actor->save_user, actor->save_sec);
+	actor->delegated = false;
+}
+
+/*
+ * idem_scope_permitted(scope text) RETURNS boolean
+ *	  Whether the current role may use scope in delegated mode: a grant in
+ *	  idem_scope_grant to it or to a role whose privileges it has matches.
+ *	  For views and policies.  Errors: 22004 NULL scope.
+ */
+PG_FUNCTION_INFO_V1(idem_scope_permitted);
+Datum
+idem_scope_permitted(PG_FUNCTION_ARGS)
+{
+	require_arg(fcinfo, 0, "scope", "idem_scope_permitted");
+	PG_RETURN_BOOL(scope_permitted(GetUserId(), get_func_namespace(fcinfo->flinfo->fn_oid),
+								   text_to_cstring(PG_GETARG_TEXT_PP(0))));
+}
+
+/*
+ * idem_scope_grants_changed() RETURNS trigger
+ *	  Statement trigger of idem_scope_grant: every backend drops its cached
+ *	  grants when the change commits.  Errors: 39P01 not called as a
+ *	  trigger.
+ */
+PG_FUNCTION_INFO_V1(idem_scope_grants_changed);
+Datum
+idem_scope_grants_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				errmsg("idem_scope_grants_changed must be called as a trigger"));
+	/*
+	 * the table of the extension's schema: on Citus the trigger also fires
+	 * on the table's placements (a reference table), named otherwise
+	 */
+	CacheInvalidateRelcacheByRelid(get_relname_relid("idem_scope_grant",
+													 RelationGetNamespace(trigdata->tg_relation)));
+	return PointerGetDatum(NULL);
+}
