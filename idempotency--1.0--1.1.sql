@@ -103,6 +103,23 @@ COMMENT ON FUNCTION @extschema@.idem_transition(regclass, anycompatible, text, t
 'compare-and-set of a status column: locks the row of table rel whose primary key equals id (SELECT ... FOR UPDATE; for a key of several columns, such as (scope, id) on a table distributed by scope, id is ROW(value, ...) in the key''s column order), then returns text applied (it was in one of from_states and is now in to_state), already (it is in to_state: nothing written), rejected (in another state: nothing written) or not_found. status_column (name, default status) is a text, varchar or enum column; id is of the key''s type, a type with an implicit cast to it, or text. Runs with the caller''s privileges and row level security. Errors: 22004 NULL argument or NULL in from_states, 42809 rel is not a table, 42703 no such column, 42804 status column not text/enum or id of another type (or not a row of as many values as the key has columns), 22004 NULL in such a row, 0A000 no primary key, 42501 no UPDATE privilege, 25006 read-only transaction or standby, 22P02 state not a value of the column''s type, 40001 row changed after a REPEATABLE READ/SERIALIZABLE snapshot';
 
 -------------------------------------------------------------------------------
+-- Outcomes that are HOT updates.  A final outcome no longer moves
+-- expires_at (indexed): expires_at stays the claim's (claim time + ttl),
+-- and a final outcome is kept at least its retention (expires_at -
+-- created_at) after it was recorded (updated_at).  Records finished
+-- before the update had expires_at moved to outcome time + ttl; the same
+-- rule keeps them at least that long (longer by the time from their claim
+-- to their outcome).  The
+-- table's layout is unchanged: the library reads 1.0's records and 1.1's
+-- alike, before and after the update.
+-------------------------------------------------------------------------------
+
+COMMENT ON COLUMN @extschema@.idempotent_record.expires_at IS
+'claim time + ttl, set by the claim (a final outcome does not move it, an unknown one moves it to its time + the same retention); a final outcome is kept until then and at least its retention (expires_at - created_at) after updated_at, the outcome''s time';
+COMMENT ON COLUMN @extschema@.idempotent_record.updated_at IS
+'server time (clock_timestamp) of the last change; of a final record, the time its outcome was recorded';
+
+-------------------------------------------------------------------------------
 -- Least privilege: scope grants for roles without table privileges
 -------------------------------------------------------------------------------
 

@@ -87,3 +87,25 @@ RETURN '*' || cardinality(args) || E'\r\n'
        || (SELECT string_agg('$' || octet_length(a) || E'\r\n' || a, E'\r\n')
              FROM unnest(args) AS a)
        || E'\r';
+
+-- B7: the README's pattern, one statement in autocommit: the claim, the
+-- business insert and idem_finish in one transaction; 'replay' for a
+-- finished key, 'busy' (HTTP 409) for one in progress
+CREATE FUNCTION bench_place_order(run text, scope text, key text, body jsonb)
+RETURNS text LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE
+    c        idem_claim_result;
+    order_id bigint;
+BEGIN
+    c := idem_claim(key, scope => scope, fingerprint => idem_fingerprint(body));
+    IF c.outcome = 'replay' THEN
+        RETURN 'replay';
+    ELSIF c.outcome = 'in_progress' THEN
+        RETURN 'busy';
+    END IF;
+    INSERT INTO bench_order (run, key, sku) VALUES (run, key, (body ->> 'sku')::int)
+    RETURNING id INTO order_id;
+    PERFORM idem_finish(key, jsonb_build_object('order_id', order_id), scope => scope);
+    RETURN 'done';
+END $$;

@@ -28,7 +28,8 @@ BEGIN
     RETURN QUERY SELECT format('pending: %s %s %s %s', key, status, recovery_point, detail)
                    FROM idem_pending;
     PERFORM idem_finish('a2', '{"n": 2}', fence => 1);
-    UPDATE idempotent_record SET expires_at = now() - interval '1 hour', created_at = now() - interval '2 hours';
+    UPDATE idempotent_record SET expires_at = now() - interval '1 hour', created_at = now() - interval '2 hours',
+                                 updated_at = now() - interval '2 hours';
     RETURN NEXT format('purged: %s', idem_purge(100));
     SELECT * INTO r FROM idem_claim('a1', fingerprint => '\x02');
     RETURN NEXT format('after purge: %s %s fence %s', r.outcome, r.status, r.fence);

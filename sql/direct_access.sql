@@ -59,7 +59,7 @@ BEGIN
         lines := lines || format('leased L: %s %s retry_after %s', r.outcome, r.status,
                                  r.retry_after = interval '1 second');
         INSERT INTO idempotent_record (key, status, result, fence, created_at, updated_at, expires_at)
-        VALUES ('old', 'succeeded', '{"old": true}', 4, now() - interval '2 days', now(), now() - interval '1 day');
+        VALUES ('old', 'succeeded', '{"old": true}', 4, now() - interval '2 days', now() - interval '2 days', now() - interval '1 day');
         SELECT * INTO r FROM idem_claim('old');
         lines := lines || format('expired old: %s %s fence %s result %s', r.outcome, r.status, r.fence, r.result);
         PERFORM idem_finish('old', '{"new": true}');
@@ -78,7 +78,7 @@ BEGIN
         INSERT INTO idempotent_record (key, status, fence, locked_until, created_at, updated_at, expires_at)
         SELECT 'p' || i, CASE i WHEN 4 THEN 'unknown' ELSE 'succeeded' END::idem_status, 1,
                CASE i WHEN 5 THEN now() + interval '1 hour' END,
-               now() - interval '2 days', now(), now() - interval '1 day' * i
+               now() - interval '2 days', now() - interval '2 days', now() - interval '1 day' * i
           FROM generate_series(1, 5) AS i;
         lines := lines || format('purge 2: %s', idem_purge(2));
         lines := lines || format('purge 10: %s', idem_purge(10));
@@ -131,7 +131,7 @@ END $$;
 CREATE TRIGGER log_purged AFTER DELETE ON idempotent_record
     FOR EACH ROW EXECUTE FUNCTION log_purged();
 INSERT INTO idempotent_record (key, status, fence, created_at, updated_at, expires_at)
-SELECT 't' || i, 'succeeded', 1, now() - interval '2 days', now(), now() - interval '1 day'
+SELECT 't' || i, 'succeeded', 1, now() - interval '2 days', now() - interval '2 days', now() - interval '1 day'
   FROM generate_series(1, 3) AS i;
 SELECT idem_purge(10);
 SELECT key FROM purged_log ORDER BY key;
@@ -141,7 +141,7 @@ DROP TABLE purged_log;
 
 -- without the expires_at index purge also falls back to the SQL
 INSERT INTO idempotent_record (key, status, fence, created_at, updated_at, expires_at)
-VALUES ('noindex', 'succeeded', 1, now() - interval '2 days', now(), now() - interval '1 day');
+VALUES ('noindex', 'succeeded', 1, now() - interval '2 days', now() - interval '2 days', now() - interval '1 day');
 BEGIN;
 DROP INDEX idempotent_record_expires_at_idx;
 SELECT idem_purge(10);
@@ -232,7 +232,7 @@ ROLLBACK;
 
 -- ... purge walks an ascending expires_at index only (oldest first)
 INSERT INTO idempotent_record (key, status, fence, created_at, updated_at, expires_at)
-SELECT 'e' || i, 'succeeded', 1, now() - interval '2 days', now(), now() - interval '1 hour' * (10 - i)
+SELECT 'e' || i, 'succeeded', 1, now() - interval '2 days', now() - interval '2 days', now() - interval '1 hour' * (10 - i)
   FROM generate_series(1, 5) AS i;
 BEGIN;
 DELETE FROM idempotent_record WHERE key NOT LIKE 'e_';
@@ -291,7 +291,7 @@ ROLLBACK;
 -- ... a row this transaction has locked is purged, as FOR UPDATE SKIP
 -- LOCKED takes over a lock of its own transaction
 INSERT INTO idempotent_record (key, status, fence, created_at, updated_at, expires_at)
-VALUES ('mine-locked', 'succeeded', 1, now() - interval '2 days', now(), now() - interval '1 day');
+VALUES ('mine-locked', 'succeeded', 1, now() - interval '2 days', now() - interval '2 days', now() - interval '1 day');
 BEGIN;
 SELECT key FROM idempotent_record WHERE key = 'mine-locked' FOR SHARE;
 SELECT idem_purge(10) > 0 AS purged;
@@ -331,7 +331,7 @@ CREATE ROLE regress_direct_partial;
 GRANT SELECT, INSERT, DELETE ON idempotent_record TO regress_direct_partial;
 GRANT EXECUTE ON FUNCTION idem_purge(integer) TO regress_direct_partial;
 INSERT INTO idempotent_record (key, status, fence, created_at, updated_at, expires_at)
-VALUES ('expired', 'succeeded', 1, now() - interval '2 days', now(), now() - interval '1 day');
+VALUES ('expired', 'succeeded', 1, now() - interval '2 days', now() - interval '2 days', now() - interval '1 day');
 SET ROLE regress_direct_partial;
 \set VERBOSITY terse
 SELECT idem_purge(10);

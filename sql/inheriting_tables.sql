@@ -13,7 +13,7 @@ CREATE TABLE inheriting_tokens () INHERITS (idempotency_token);
 INSERT INTO idempotent_record (key, status, result, fence, created_at, updated_at, expires_at)
 VALUES ('live', 'succeeded', '{"charged": 1}', 1, now(), now(), now() + interval '1 day');
 INSERT INTO inheriting_archive (key, status, result, fence, created_at, updated_at, expires_at)
-VALUES ('archived-old', 'succeeded', '{}', 1, now() - interval '2 days', now(), now() - interval '1 day');
+VALUES ('archived-old', 'succeeded', '{}', 1, now() - interval '2 days', now() - interval '2 days', now() - interval '1 day');
 SELECT (SELECT ctid FROM ONLY idempotent_record WHERE key = 'live') =
        (SELECT ctid FROM inheriting_archive WHERE key = 'archived-old') AS same_ctid;
 -- ... and the same for tokens
@@ -33,10 +33,10 @@ SELECT tableoid::regclass AS "table", token FROM idempotency_token ORDER BY toke
 
 -- expired records in both: purge deletes the table's own, in batches
 INSERT INTO idempotent_record (key, status, fence, created_at, updated_at, expires_at)
-SELECT 'old-' || i, 'succeeded', 1, now() - interval '2 days', now(), now() - interval '1 day'
+SELECT 'old-' || i, 'succeeded', 1, now() - interval '2 days', now() - interval '2 days', now() - interval '1 day'
   FROM generate_series(1, 3) AS i;
 INSERT INTO inheriting_archive (key, status, fence, created_at, updated_at, expires_at)
-SELECT 'old-' || i, 'succeeded', 1, now() - interval '2 days', now(), now() - interval '1 day'
+SELECT 'old-' || i, 'succeeded', 1, now() - interval '2 days', now() - interval '2 days', now() - interval '1 day'
   FROM generate_series(1, 3) AS i;
 SELECT idem_purge(2) AS purged;
 SELECT idem_purge(2) AS purged;

@@ -99,7 +99,7 @@ ttl_end(FunctionCallInfo fcinfo, int argno, TimestampTz now)
  * a year 365.25 days), whatever the session's TimeZone or the calendar.
  * 22023 unless that duration is positive; 22008 when now + it is past
  * the timestamp range.  (A retention computed from it later cannot
- * overflow: see retention_end.)
+ * overflow: see record_kept_until.)
  */
 TimestampTz
 interval_end(FunctionCallInfo fcinfo, int argno, const char *argname,

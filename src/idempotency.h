@@ -10,6 +10,7 @@
 #include "postgres.h"
 
 #include "access/htup.h"
+#include "common/int.h"
 #include "fmgr.h"
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
@@ -60,7 +61,9 @@ typedef struct IdemRecord
 	int64		fence;
 	bool		has_lease;		/* locked_until is not NULL */
 	TimestampTz locked_until;
-	TimestampTz expires_at;
+	TimestampTz expires_at;		/* claim time + ttl */
+	TimestampTz created_at;
+	TimestampTz updated_at;		/* of a final record: the outcome's time */
 } IdemRecord;
 
 /*
@@ -88,7 +91,7 @@ extern uint64 saved_plan_exec(SavedPlans *set, int id, Oid namespace,
 
 /*
  * The last valid timestamptz.  A ttl or lease must end by it (args.c); a
- * retention that would end past it ends at it (retention_end).
+ * retention that would end past it ends at it (record_kept_until).
  */
 #define IDEM_LAST_TIMESTAMP (END_TIMESTAMP - 1)
 
@@ -133,8 +136,6 @@ extern bool store_checkpoint(const IdemKey *id, int64 fence,
 extern bool store_extend_lease(const IdemKey *id, int64 fence,
 							   TimestampTz locked_until, TimestampTz now);
 extern int64 store_purge(TimestampTz now, int32 batch_size);
-extern TimestampTz retention_end(TimestampTz expires_at, TimestampTz created_at,
-								 TimestampTz now);
 
 extern bool store_write_would_wait(void);
 extern IdemStatus idem_status_from_name(const char *name);
@@ -208,6 +209,31 @@ extern TimestampTz interval_end(FunctionCallInfo fcinfo, int argno,
 extern TimestampTz ttl_end(FunctionCallInfo fcinfo, int argno, TimestampTz now);
 
 /*
+ * record_kept_until: until when a record answers duplicates.  expires_at is
+ * the claim's (claim time + ttl) and is not moved by a final outcome, so
+ * that recording one changes no indexed column (a HOT update).  A final outcome
+ * (succeeded, failed) is kept at least its retention (expires_at -
+ * created_at, exact microseconds: the ttl, or more after a takeover) after
+ * it was recorded (updated_at), ending at the last valid timestamp rather
+ * than past it.  record_store.c's EXPIRED() says the same in SQL.
+ */
+static inline TimestampTz
+record_kept_until(IdemStatus status, TimestampTz expires_at,
+				  TimestampTz created_at, TimestampTz updated_at)
+{
+	int64		kept_for;
+	TimestampTz end;
+
+	if (status != IDEM_SUCCEEDED && status != IDEM_FAILED)
+		return expires_at;
+	if (pg_sub_s64_overflow(expires_at, created_at, &kept_for))
+		return expires_at > created_at ? IDEM_LAST_TIMESTAMP : expires_at;
+	if (pg_add_s64_overflow(updated_at, kept_for, &end) || end > IDEM_LAST_TIMESTAMP)
+		end = kept_for > 0 ? IDEM_LAST_TIMESTAMP : expires_at;
+	return Max(expires_at, end);
+}
+
+/*
  * record_expired: the rule of record_store.c's EXPIRED() in C.  An expired
  * record counts as absent; one awaiting reconciliation (unknown) or under a
  * live lease never expires.
@@ -215,7 +241,9 @@ extern TimestampTz ttl_end(FunctionCallInfo fcinfo, int argno, TimestampTz now);
 static inline bool
 record_expired(const IdemRecord *rec, TimestampTz now)
 {
-	return rec->expires_at <= now && rec->status != IDEM_UNKNOWN &&
+	return record_kept_until(rec->status, rec->expires_at, rec->created_at,
+							 rec->updated_at) <= now &&
+		rec->status != IDEM_UNKNOWN &&
 		!(rec->has_lease && rec->locked_until > now);
 }
 

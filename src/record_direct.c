@@ -499,6 +499,8 @@ direct_read(Oid relid, const IdemKey *id, IdemRecord *rec, MemoryContext context
 		rec->locked_until = DatumGetTimestampTz(slot_getattr(slot, col.locked_until, &isnull));
 		rec->has_lease = !isnull;
 		rec->expires_at = DatumGetTimestampTz(slot_getattr(slot, col.expires_at, &isnull));
+		rec->created_at = DatumGetTimestampTz(slot_getattr(slot, col.created_at, &isnull));
+		rec->updated_at = DatumGetTimestampTz(slot_getattr(slot, col.updated_at, &isnull));
 	}
 
 	ExecDropSingleTupleTableSlot(slot);
@@ -602,18 +604,25 @@ direct_probe_uncommitted(Oid relid, const IdemKey *id, bytea **fingerprint,
 
 /*
  * The rest of EXPIRED() of record_store.c for a version past expires_at
- * (which the expires_at scan checks): not unknown, no live lease.
+ * (which the expires_at scan checks): not unknown, no live lease, and a
+ * final outcome past its retention after it was recorded.
  */
 static bool
 purgeable(TupleTableSlot *slot, const RecordLayout *l, TimestampTz now)
 {
 	bool		isnull;
 	TimestampTz locked_until;
+	IdemStatus	status = status_of(l, slot_getattr(slot, l->col.status, &isnull));
 
-	if (DatumGetObjectId(slot_getattr(slot, l->col.status, &isnull)) == l->status_value[IDEM_UNKNOWN])
+	if (status == IDEM_UNKNOWN)
 		return false;
 	locked_until = DatumGetTimestampTz(slot_getattr(slot, l->col.locked_until, &isnull));
-	return isnull || locked_until <= now;
+	if (!isnull && locked_until > now)
+		return false;
+	return record_kept_until(status,
+							 DatumGetTimestampTz(slot_getattr(slot, l->col.expires_at, &isnull)),
+							 DatumGetTimestampTz(slot_getattr(slot, l->col.created_at, &isnull)),
+							 DatumGetTimestampTz(slot_getattr(slot, l->col.updated_at, &isnull))) <= now;
 }
 
 /* Do two versions of a record have the same scope and key? */
@@ -850,6 +859,13 @@ check_conflict_visible(DirectWrite *w, ItemPointer tid)
  * tuple and start over when a duplicate slipped in between).  Returns
  * DIRECT_FOUND when inserted, DIRECT_NONE when a committed record holds the
  * key, DIRECT_NOT_USED.
+ *
+ * The callers insert only after their read of the primary key found no
+ * record, so the first attempt goes without the pre-check, which would
+ * read the same index again: the insertion of the index entries finds a
+ * duplicate that slipped in as it always must (its unique check), the
+ * tuple is killed, and the next attempt pre-checks, waits and decides as
+ * the executor's would.
  */
 DirectAnswer
 direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
@@ -905,14 +921,15 @@ direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
 	ExecStoreVirtualTuple(slot);
 	ExecConstraints(w.rri, slot, w.estate);
 
-	for (;;)
+	for (bool precheck = false;; precheck = true)
 	{
 		ItemPointerData conflict;
 		uint32		token;
 		bool		lost_race = false;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!compat_check_index_constraints(w.rri, slot, w.estate, &conflict, arbiter))
+		if (precheck &&
+			!compat_check_index_constraints(w.rri, slot, w.estate, &conflict, arbiter))
 		{
 			check_conflict_visible(&w, &conflict);
 			answer = DIRECT_NONE;
@@ -959,8 +976,8 @@ open_with_fence(TupleTableSlot *slot, const RecordLayout *l, const IdemKey *id,
 
 /*
  * The version PLAN_SET_OUTCOME writes in place of old: status, result, no
- * lease, updated_at, and the expires_at of retention_end, as the SQL
- * computes it.
+ * lease and updated_at; expires_at, indexed, stays (a HOT update), but for
+ * an unknown outcome, which moves it to the end of its retention.
  */
 static void
 outcome_version(TupleTableSlot *old, TupleTableSlot *new, const RecordLayout *l,
@@ -968,21 +985,22 @@ outcome_version(TupleTableSlot *old, TupleTableSlot *new, const RecordLayout *l,
 {
 	int			natts = old->tts_tupleDescriptor->natts;
 	const RecordColumns *col = &l->col;
-	Datum		expires_at;
 
 	slot_getallattrs(old);
 	ExecClearTuple(new);
 	memcpy(new->tts_values, old->tts_values, natts * sizeof(Datum));
 	memcpy(new->tts_isnull, old->tts_isnull, natts * sizeof(bool));
-	expires_at = TimestampTzGetDatum(retention_end(DatumGetTimestampTz(old->tts_values[col->expires_at - 1]),
-												   DatumGetTimestampTz(old->tts_values[col->created_at - 1]),
-												   now));
 	new->tts_values[col->status - 1] = ObjectIdGetDatum(l->status_value[status]);
 	new->tts_values[col->result - 1] = JsonbPGetDatum(result);
 	new->tts_isnull[col->result - 1] = false;
 	new->tts_isnull[col->locked_until - 1] = true;
 	new->tts_values[col->updated_at - 1] = TimestampTzGetDatum(now);
-	new->tts_values[col->expires_at - 1] = expires_at;
+	if (status == IDEM_UNKNOWN)
+		new->tts_values[col->expires_at - 1] =
+			TimestampTzGetDatum(record_kept_until(IDEM_SUCCEEDED,
+												  DatumGetTimestampTz(old->tts_values[col->expires_at - 1]),
+												  DatumGetTimestampTz(old->tts_values[col->created_at - 1]),
+												  now));
 	ExecStoreVirtualTuple(new);
 	ExecMaterializeSlot(new);
 }

@@ -67,13 +67,19 @@ typedef enum StorePlanId
 #define OPEN_STATUS " AND status" EQ "ANY ('{in_progress,unknown}'::%2$s.idem_status[])"
 
 /*
- * Expired at now: past expires_at, not waiting for reconciliation, and not
- * under a live lease.  The same rule as record_expired() in claim.c; claims
- * reclaim such a record, lookups ignore it, purge deletes it.
+ * Expired at now: past expires_at (the claim's), not waiting for
+ * reconciliation, not under a live lease, and, for a final outcome, past
+ * its retention (expires_at - created_at) after it was recorded
+ * (updated_at), compared with immutable operators (no timestamptz +
+ * interval, which would add days in the session's TimeZone and which Citus
+ * refuses in DML).  The same rule as record_expired() in idempotency.h;
+ * claims reclaim such a record, lookups ignore it, purge deletes it.
  */
 #define EXPIRED(now) \
 	" (expires_at" LE now " AND status OPERATOR(pg_catalog.<>) " STATUS("unknown") \
-	" AND (locked_until IS NULL OR locked_until" LE now "))"
+	" AND (locked_until IS NULL OR locked_until" LE now ")" \
+	" AND (status" EQ STATUS("in_progress") \
+	" OR (expires_at OPERATOR(pg_catalog.-) created_at)" LE "(" now " OPERATOR(pg_catalog.-) updated_at)))"
 
 /* %1$s is the qualified table, %2$s the schema */
 static const SavedPlanDef plan_defs[NUM_PLANS] = {
@@ -81,7 +87,8 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 		"SELECT status::pg_catalog.text, fingerprint::pg_catalog.bytea,"
 		" result::pg_catalog.jsonb, recovery_point::pg_catalog.text,"
 		" fence::pg_catalog.int8, locked_until::pg_catalog.timestamptz,"
-		" expires_at::pg_catalog.timestamptz FROM ONLY %1$s" WHERE_ID,
+		" expires_at::pg_catalog.timestamptz, created_at::pg_catalog.timestamptz,"
+		" updated_at::pg_catalog.timestamptz FROM ONLY %1$s" WHERE_ID,
 		2, {TEXTOID, TEXTOID}
 	},
 	[PLAN_INSERT] = {
@@ -116,22 +123,23 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 		8, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, TEXTOID}
 	},
 	/*
-	 * An outcome is answered for at least the claim's ttl after it is
-	 * recorded (expires_at - created_at is that ttl, or more after a
-	 * takeover): a transaction, a lease or a reconciliation that outlasted
-	 * the ttl must not leave an outcome that has expired already.  The
-	 * expires_at of retention_end, computed with immutable operators (no
-	 * timestamptz + interval, which would add days in the session's
-	 * TimeZone) and ending at the last timestamp ($7) rather than past it.
+	 * A final outcome leaves expires_at (indexed) as the claim set it, so
+	 * that the update is HOT: it is kept at least its retention after
+	 * updated_at (EXPIRED() above).  An unknown outcome, which a retryable
+	 * failure may turn back into a claim in progress, moves expires_at to
+	 * the end of that retention ($7 is the last valid timestamp), so that
+	 * the record is kept as long after the release: record_kept_until of
+	 * the outcome, with immutable operators (no timestamptz + interval,
+	 * which would add days in the session's TimeZone).
 	 */
 	[PLAN_SET_OUTCOME] = {
 		"UPDATE ONLY %1$s SET status = $4::pg_catalog.text::%2$s.idem_status,"
 		" result = $5, locked_until = NULL, updated_at = $6,"
-		" expires_at = GREATEST(expires_at, CASE"
+		" expires_at = CASE WHEN $4" EQ "'unknown' THEN GREATEST(expires_at, CASE"
 		" WHEN (expires_at OPERATOR(pg_catalog.-) created_at) OPERATOR(pg_catalog.<) ($7 OPERATOR(pg_catalog.-) $6)"
 		" THEN pg_catalog.timezone('UTC', pg_catalog.timezone('UTC', $6)"
 		" OPERATOR(pg_catalog.+) (expires_at OPERATOR(pg_catalog.-) created_at))"
-		" ELSE $7 END)" WHERE_ID
+		" ELSE $7 END) ELSE expires_at END" WHERE_ID
 		" AND fence" EQ "$3" OPEN_STATUS,
 		7, {TEXTOID, TEXTOID, INT8OID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
@@ -672,6 +680,8 @@ store_read(const IdemKey *id, IdemRecord *rec)
 	rec->locked_until = DatumGetTimestampTz(column_copy(6, &isnull));
 	rec->has_lease = !isnull;
 	rec->expires_at = DatumGetTimestampTz(column_copy(7, &isnull));
+	rec->created_at = DatumGetTimestampTz(column_copy(8, &isnull));
+	rec->updated_at = DatumGetTimestampTz(column_copy(9, &isnull));
 	return true;
 }
 
@@ -784,25 +794,6 @@ store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
 	values[5] = TimestampTzGetDatum(now);
 	values[6] = TimestampTzGetDatum(IDEM_LAST_TIMESTAMP);
 	return store_exec(PLAN_SET_OUTCOME, values, NULL, SPI_OK_UPDATE) == 1;
-}
-
-/*
- * The expires_at an outcome recorded at now gives a record: at least now +
- * its retention (expires_at - created_at, exact microseconds), but not
- * past the last valid timestamp, so that no outcome of an accepted claim
- * fails for lack of range.  PLAN_SET_OUTCOME computes the same in SQL.
- */
-TimestampTz
-retention_end(TimestampTz expires_at, TimestampTz created_at, TimestampTz now)
-{
-	Interval   *kept = DatumGetIntervalP(DirectFunctionCall2(timestamp_mi,
-															 TimestampTzGetDatum(expires_at),
-															 TimestampTzGetDatum(created_at)));
-	/* timestamp_mi gives days and time, no months */
-	int64		kept_for = kept->time + kept->day * USECS_PER_DAY;
-
-	return Max(expires_at, kept_for < IDEM_LAST_TIMESTAMP - now ?
-			   now + kept_for : IDEM_LAST_TIMESTAMP);
 }
 
 /*

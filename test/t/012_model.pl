@@ -617,8 +617,9 @@ sub model_step
 	}
 	if ($k eq 'expire_record')
 	{
-		# as if claimed two days before its last write with a ttl of a day:
-		# it expired a day before that write (updated_at), which orders purge
+		# as if claimed two days and last written one day before its last
+		# write, with a ttl of a day: expired by the time of that write (its
+		# expires_at, a day before it, orders purge)
 		my $r = $committed{ $op->{id} };
 		@$r{qw(expired exp_key ver)} = (1, $r->{utick}, ++$version) if $r;
 		return ('00000', '');
@@ -787,8 +788,13 @@ sub op_sql
 	my $where = "scope = '$scope' AND key = '$key'";
 	return "UPDATE idempotent_record SET locked_until = clock_timestamp() - interval '1 minute' WHERE $where AND locked_until IS NOT NULL"
 	  if $k eq 'expire_lease';
-	return "UPDATE idempotent_record SET created_at = updated_at - interval '2 days',"
-	  . " expires_at = updated_at - interval '1 day' WHERE $where"
+	# (a record expired so and not written since, expires_at = updated_at,
+	# stays as it is: the model's order of purge is that of the last writes)
+	return "UPDATE idempotent_record SET"
+	  . " created_at = CASE WHEN expires_at = updated_at THEN created_at ELSE updated_at - interval '2 days' END,"
+	  . " expires_at = CASE WHEN expires_at = updated_at THEN expires_at ELSE updated_at - interval '1 day' END,"
+	  . " updated_at = CASE WHEN expires_at = updated_at THEN updated_at ELSE updated_at - interval '1 day' END"
+	  . " WHERE $where"
 	  if $k eq 'expire_record';
 	my $w = $op->{wrap};
 	my $set = "SET recovery_point = 'u$op->{n}'";
@@ -906,7 +912,9 @@ my $state_sql = q{SELECT line FROM (
   SELECT 1, scope, key, 0, format('%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s',
          scope, key, status, fingerprint, result, recovery_point, fence,
          locked_until IS NOT NULL, coalesce(locked_until > clock_timestamp(), false),
-         expires_at <= clock_timestamp(),
+         CASE WHEN status NOT IN ('succeeded', 'failed') THEN expires_at
+              ELSE greatest(expires_at, timezone('UTC', timezone('UTC', updated_at) + (expires_at - created_at))) END
+           <= clock_timestamp(),
          rel_t(created_at), rel_t(updated_at), rel_t(expires_at), rel_t(locked_until),
          created_at = updated_at)
     FROM idempotent_record

@@ -12,9 +12,12 @@
 #    create it at that version, ALTER EXTENSION ... UPDATE to the default
 #    version, and compare the extension's objects (pg_describe_object over
 #    pg_depend) and their definitions with a fresh install; records made
-#    at the old version replay after the update.  Today 1.0 is the only
-#    version, so the update is a no-op and the comparison trivially equal;
-#    the first 1.0 -> 1.1 step is checked here without changes to this test.
+#    at the old version replay after the update.  Records of every status,
+#    made with the old version's objects (by this library, which serves
+#    them until the update), and records as the 1.0 library left them
+#    (an outcome moved expires_at to outcome time + ttl), are replayed,
+#    taken over, reclaimed and purged after the update as their retention
+#    says.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -51,6 +54,54 @@ INSERT INTO tokens_issued VALUES ('unused', idem_token_issue('form', ttl => '1 h
 SELECT idem_token_consume(token, 'form') FROM tokens_issued WHERE name = 'consumed';
 };
 my $has_tokens = 0;
+
+# More records for the upgrade path: a released key (retryable failure), a
+# live lease, records whose retention ended (finished two days ago with a
+# ttl of a day; a leased claim abandoned as long ago), and two records as
+# the 1.0 library finished them (expires_at moved to outcome time + ttl):
+# one finished late two hours ago, still kept, one whose retention ended
+my $fill_more = q{
+SELECT outcome FROM idem_claim('pay-3', lease => '1 hour');
+SELECT idem_fail('pay-3', '{"error": "gateway"}', retryable => true, fence => 1);
+SELECT outcome FROM idem_claim('pay-4', lease => '1 hour');
+BEGIN;
+SELECT outcome FROM idem_claim('old-1', ttl => '1 day');
+SELECT idem_finish('old-1', '{"old": 1}');
+COMMIT;
+SELECT outcome FROM idem_claim('old-2', ttl => '1 day', lease => '1 minute');
+UPDATE idempotent_record SET created_at = created_at - interval '2 days', updated_at = updated_at - interval '2 days',
+                             expires_at = expires_at - interval '2 days', locked_until = locked_until - interval '2 days'
+ WHERE key IN ('old-1', 'old-2');
+INSERT INTO idempotent_record (key, status, result, fence, created_at, updated_at, expires_at) VALUES
+    ('v10-late', 'succeeded', '{"late": true}', 1, now() - interval '3 days', now() - interval '2 hours',
+     now() + interval '22 hours'),
+    ('v10-gone', 'succeeded', '{"gone": true}', 1, now() - interval '3 days', now() - interval '2 days 1 hour',
+     now() - interval '1 day 1 hour');
+};
+
+# What the update must leave of them, after the update
+sub check_after_update
+{
+	my ($db, $what) = @_;
+	is( $node->safe_psql($db, "SELECT outcome || ' ' || fence || ' ' || (result ->> 'error') FROM idem_claim('pay-3', lease => '1 minute')"),
+		'claimed 2 gateway', "$what: a released key is taken over (fence 2, the error of the failed attempt)");
+	is( $node->safe_psql($db, "SELECT outcome || ' ' || fence FROM idem_claim('pay-4')"),
+		'in_progress 1', "$what: a live lease still holds its key");
+	is( $node->safe_psql($db, "SELECT outcome || ' ' || (result ->> 'late') FROM idem_claim('v10-late')"),
+		'replay true', "$what: a late outcome of the 1.0 library is kept for its ttl after it");
+	is( $node->safe_psql($db, "SELECT string_agg(key, ' ' ORDER BY key) FROM idempotent_record WHERE key IN ('old-1', 'old-2', 'v10-gone', 'v10-late')"),
+		'old-1 old-2 v10-gone v10-late', "$what: records past their retention are there before purge");
+	is( $node->safe_psql($db, 'SELECT idem_purge(100)'), '3', "$what: purge deletes the three whose retention ended");
+	is( $node->safe_psql($db, "SELECT string_agg(key, ' ' ORDER BY key) FROM idempotent_record WHERE key IN ('old-1', 'old-2', 'v10-gone', 'v10-late')"),
+		'v10-late', "$what: ... and only them");
+	is( $node->safe_psql($db, q{
+			BEGIN;
+			SELECT outcome || ' ' || fence FROM idem_claim('old-1');
+			SELECT idem_finish('old-1', '{"again": 1}');
+			COMMIT;
+			SELECT outcome || ' ' || (result ->> 'again') FROM idem_claim('old-1');}),
+		"claimed 1\n\nreplay 1", "$what: a purged key is claimed anew");
+}
 
 # every column of every row, in a stable order
 my $records_digest = q{
@@ -213,6 +264,7 @@ sub upgrade_path_check
 	$node->safe_psql($db, "CREATE EXTENSION idempotency VERSION '$version'");
 	$node->safe_psql($db, $fill);
 	$node->safe_psql($db, $fill_tokens) if $has_tokens;
+	$node->safe_psql($db, $fill_more);
 	my $before = $node->safe_psql($db, $records_digest);
 	$node->safe_psql($db, 'ALTER EXTENSION idempotency UPDATE');
 	is($node->safe_psql($db, "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'"),
@@ -221,6 +273,7 @@ sub upgrade_path_check
 	is($upgraded, $fresh, "from $version: the objects and their definitions equal a fresh install");
 	is($node->safe_psql($db, $records_digest), $before, "from $version: the records are untouched by the update");
 	check_replays($db, "from $version");
+	check_after_update($db, "from $version");
 	return $db;
 }
 

@@ -135,7 +135,10 @@ is(sql('SELECT idem_purge(1000)'), '0', 'case_08: purge does not remove it (its 
 is(sql("SELECT outcome || ' ' || fence FROM idem_claim('k8b', lease => '1 minute')"), 'claimed 2',
 	'case_08_lease_and_retention_are_independent: at +3 s B claims it (fence 2)');
 sql("SELECT idem_finish('k8b', '{\"by\": \"B\"}', fence => 2)");
-sql("UPDATE idempotent_record SET expires_at = clock_timestamp() - interval '1 second' WHERE key = 'k8b'");
+# a day later: every time of the record a day (and a minute) back
+sql("UPDATE idempotent_record SET created_at = created_at - interval '1 day 1 minute',"
+	. " updated_at = updated_at - interval '1 day 1 minute', expires_at = expires_at - interval '1 day 1 minute'"
+	. " WHERE key = 'k8b'");
 is(sql("SELECT count(*) FROM idem_lookup('k8b')"), '0', 'case_08: a day later the record counts as gone');
 is(sql("SELECT idem_purge(1000) >= 1"), 't', 'case_08: ... and purge removes it');
 

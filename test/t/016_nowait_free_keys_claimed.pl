@@ -27,7 +27,7 @@ CREATE SEQUENCE expired_keys;
 -- the table grow by a page every few writes
 INSERT INTO idempotent_record (key, status, result, fingerprint, fence, created_at, updated_at, expires_at)
 SELECT 'expired-' || i, 'succeeded', '{}', decode(repeat('ab', 1000), 'hex'), 1,
-       now() - interval '2 days', now(), now() - interval '1 day'
+       now() - interval '2 days', now() - interval '2 days', now() - interval '1 day'
   FROM generate_series(1, 16000) AS i;
 });
 

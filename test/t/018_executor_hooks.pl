@@ -22,7 +22,8 @@ SELECT outcome FROM idem_claim('l1', lease => '1 minute');
 SELECT idem_finish('l1', '{"n": 2}', fence => 1);
 SELECT outcome FROM idem_claim('t1');
 UPDATE idempotent_record SET expires_at = now() - interval '1 second',
-                             created_at = now() - interval '2 seconds';
+                             created_at = now() - interval '2 seconds',
+                             updated_at = now() - interval '2 seconds';
 SELECT idem_purge(10);
 };
 
