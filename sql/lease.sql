@@ -211,14 +211,7 @@ UPDATE idempotent_record SET created_at = created_at - interval '2 minutes',
  WHERE key = 'late-lease';
 SELECT idem_finish('late-lease', '{"late": true}', fence => 1);
 SELECT outcome, result, fence FROM idem_claim('late-lease', lease => '1 hour');
--- until when a record answers duplicates: expires_at, and a final outcome
--- at least its retention (expires_at - created_at) after updated_at
-CREATE FUNCTION pg_temp.kept_until(r idempotent_record) RETURNS timestamptz
-LANGUAGE sql AS $$
-    SELECT CASE WHEN r.status NOT IN ('succeeded', 'failed') THEN r.expires_at
-                WHEN r.expires_at - r.created_at < '294276-12-31 23:59:59.999999+00'::timestamptz - r.updated_at
-                THEN greatest(r.expires_at, timezone('UTC', timezone('UTC', r.updated_at) + (r.expires_at - r.created_at)))
-                ELSE '294276-12-31 23:59:59.999999+00' END $$;
+\i sql/include/kept_until.sql
 SELECT pg_temp.kept_until(idempotent_record) - updated_at AS kept_for FROM idempotent_record WHERE key = 'late-lease';
 SELECT outcome FROM idem_claim('late-unknown', lease => '1 hour', ttl => '1 minute');
 SELECT idem_mark_unknown('late-unknown', '{"timeout": true}', fence => 1);

@@ -32,14 +32,7 @@ SELECT idem_extend_lease('leased-day', '1 day', fence => 1) - clock_timestamp()
 
 -- the retention an outcome restarts is the same 24 hours
 SELECT idem_finish('leased-day', '{}', fence => 1);
--- until when a record answers duplicates: expires_at, and a final outcome
--- at least its retention (expires_at - created_at) after updated_at
-CREATE FUNCTION pg_temp.kept_until(r idempotent_record) RETURNS timestamptz
-LANGUAGE sql AS $$
-    SELECT CASE WHEN r.status NOT IN ('succeeded', 'failed') THEN r.expires_at
-                WHEN r.expires_at - r.created_at < '294276-12-31 23:59:59.999999+00'::timestamptz - r.updated_at
-                THEN greatest(r.expires_at, timezone('UTC', timezone('UTC', r.updated_at) + (r.expires_at - r.created_at)))
-                ELSE '294276-12-31 23:59:59.999999+00' END $$;
+\i sql/include/kept_until.sql
 SELECT pg_temp.kept_until(idempotent_record) - updated_at AS kept_after_outcome
   FROM idempotent_record WHERE key = 'leased-day';
 BEGIN;

@@ -404,15 +404,7 @@ claim_answer_or_sleep(FunctionCallInfo fcinfo, const IdemKey *id,
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(context);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(context);
-		CurrentResourceOwner = owner;
-		ReThrowError(edata);
+		ReThrowError(store_subxact_error(context, owner));
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(context);

@@ -15,6 +15,7 @@
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
 #include "utils/jsonb.h"
+#include "utils/resowner.h"
 #include "utils/tuplestore.h"
 
 #include "compat.h"
@@ -138,6 +139,8 @@ extern bool store_extend_lease(const IdemKey *id, int64 fence,
 extern int64 store_purge(TimestampTz now, int32 batch_size);
 
 extern bool store_write_would_wait(void);
+extern ErrorData *store_subxact_error(MemoryContext context,
+									   ResourceOwner owner);
 extern IdemStatus idem_status_from_name(const char *name);
 extern bool store_write_blocked_by_key(const IdemKey *id, bytea **fingerprint);
 extern bool store_probe_uncommitted(const IdemKey *id, bytea **fingerprint);

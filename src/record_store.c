@@ -298,6 +298,25 @@ store_exec(StorePlanId id, Datum *values, const char *nulls, int expected)
 }
 
 /*
+ * In the PG_CATCH of an internal subtransaction begun in context with
+ * owner: roll it back and return the error that ended it (flushed, so the
+ * caller may rethrow it or handle it), back in context and owner.
+ */
+ErrorData *
+store_subxact_error(MemoryContext context, ResourceOwner owner)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(context);
+	edata = CopyErrorData();
+	FlushErrorState();
+	RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(context);
+	CurrentResourceOwner = owner;
+	return edata;
+}
+
+/*
  * A claim's write for wait => false, in a subtransaction, so that it
  * answers instead of waiting for another transaction's write of the key.
  * A reclaim or takeover first locks the record with FOR UPDATE NOWAIT:
@@ -341,14 +360,8 @@ store_exec_claim_write(StorePlanId id, Datum *values, const char *nulls,
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
+		ErrorData  *edata = store_subxact_error(context, owner);
 
-		MemoryContextSwitchTo(context);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(context);
-		CurrentResourceOwner = owner;
 		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
 			ReThrowError(edata);
 		FreeErrorData(edata);
