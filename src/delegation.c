@@ -45,9 +45,13 @@ typedef struct ScopeGrant
 	char	   *pattern;
 } ScopeGrant;
 
-/* The grants of grants_table, valid until its relcache entry is invalidated */
+/*
+ * The grants of grants_table, in schema grants_namespace, valid until its
+ * relcache entry is invalidated (a change, a drop)
+ */
 static List *grants = NIL;
 static Oid	grants_table = InvalidOid;
+static Oid	grants_namespace = InvalidOid;
 static bool grants_valid = false;
 static MemoryContext grants_context = NULL;
 
@@ -92,6 +96,7 @@ load_grants(Oid namespace)
 	MemoryContextReset(grants_context);
 	grants = NIL;
 	grants_table = relid;
+	grants_namespace = namespace;
 	grants_valid = true;		/* an invalidation while reading clears it */
 
 	sql = psprintf("SELECT grantee::pg_catalog.oid, pattern FROM ONLY %s.idem_scope_grant",
@@ -157,7 +162,7 @@ scope_permitted(Oid role, Oid namespace, const char *scope)
 {
 	ListCell   *lc;
 
-	if (!grants_valid || grants_table != get_relname_relid("idem_scope_grant", namespace))
+	if (!grants_valid || grants_namespace != namespace)
 		load_grants(namespace);
 	foreach(lc, grants)
 	{
