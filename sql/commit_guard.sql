@@ -121,6 +121,35 @@ SELECT idem_finish('g10', '{"second": true}');
 COMMIT;
 SELECT outcome, result FROM idem_claim('g10');
 
+-- a claim made again after this transaction deleted the key's record
+-- supersedes the first claim: the outcome of the newest claim is enough,
+-- in any statement shape (here the claim runs in DELETE ... RETURNING)
+BEGIN;
+SELECT outcome, fence FROM idem_claim('g12');
+DELETE FROM idempotent_record r WHERE r.key = 'g12'
+  RETURNING (SELECT c.outcome FROM idem_claim(r.key) c);
+SELECT idem_finish('g12', '{"after_delete": true}');
+COMMIT;
+SELECT outcome, result FROM idem_claim('g12');
+-- the newest claim still needs its outcome, and when it is rolled back
+-- the first claim is the newest again: still IK004
+BEGIN;
+SELECT outcome FROM idem_claim('g13');
+DELETE FROM idempotent_record WHERE key = 'g13';
+SELECT outcome FROM idem_claim('g13');
+COMMIT;
+:sqlstate
+BEGIN;
+SELECT outcome FROM idem_claim('g13');
+DELETE FROM idempotent_record WHERE key = 'g13';
+SAVEPOINT s;
+SELECT outcome FROM idem_claim('g13');
+SELECT idem_finish('g13', '{}');
+ROLLBACK TO s;
+COMMIT;
+:sqlstate
+SELECT count(*) AS records FROM idempotent_record WHERE key = 'g13';
+
 -- an error rolls the whole transaction back, claims included
 BEGIN;
 SELECT outcome FROM idem_claim('g11');

@@ -6,6 +6,11 @@
  *
  * Subtransactions follow the claim rows: a claim, or an outcome, recorded in
  * a subtransaction that rolls back is forgotten with it.
+ *
+ * The guard asks about keys, not claims: a newer claim of a key supersedes
+ * an older one (the older one was released, or its record was deleted by
+ * this transaction), so only the newest claim of each key needs an outcome.
+ * Rolling the newer claim back makes the older one the newest again.
  */
 #include "idempotency.h"
 
@@ -32,22 +37,28 @@ claims_add(const IdemKey *id, int64 fence)
 }
 
 /*
- * The newest claim of id made by this transaction, finished or not; NULL if
- * none.  Newest first, because a key released by idem_fail can be claimed
- * again in the same transaction.
+ * The newest claim of the key made by this transaction, finished or not;
+ * NULL if none.  Newest first, because a key can be claimed again in the
+ * same transaction (see above).
  */
-HeldClaim *
-claims_find(const IdemKey *id)
+static HeldClaim *
+newest_claim(const char *scope, const char *key)
 {
 	for (int i = list_length(held_claims) - 1; i >= 0; i--)
 	{
 		HeldClaim  *claim = list_nth(held_claims, i);
 
-		if (strcmp(claim->key, id->key) == 0 &&
-			strcmp(claim->scope, id->scope) == 0)
+		if (strcmp(claim->key, key) == 0 && strcmp(claim->scope, scope) == 0)
 			return claim;
 	}
 	return NULL;
+}
+
+/* The claim of id that counts: its newest */
+HeldClaim *
+claims_find(const IdemKey *id)
+{
+	return newest_claim(id->scope, id->key);
 }
 
 void
@@ -71,7 +82,8 @@ claims_xact_callback(XactEvent event, void *arg)
 			{
 				HeldClaim  *claim = lfirst(lc);
 
-				if (claim->finished_in == InvalidSubTransactionId)
+				if (claim->finished_in == InvalidSubTransactionId &&
+					newest_claim(claim->scope, claim->key) == claim)
 				{
 					if (open == NULL)
 						open = claim;
