@@ -11,7 +11,7 @@
  * rows moving between partitions.  idem_transition_guard refuses, when it
  * first fires, a declaration that would see less than every write.
  */
-#include "idempotency.h"
+#include "postgres.h"
 
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -36,6 +36,8 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
+
+#include "idempotency.h"
 
 /* The TriggerData of a call; 39P01 when not called as a row trigger */
 static TriggerData *

@@ -3,12 +3,19 @@
  *	  Module initialisation: the idempotency.* GUCs and the transaction
  *	  callbacks of the commit guard.
  */
-#include "idempotency.h"
+#include "postgres.h"
+
+#include <limits.h>
 
 #include "fmgr.h"
 #include "utils/guc.h"
 
-#include <limits.h>
+#include "citus.h"
+#include "idempotency.h"
+#include "outcome_wait.h"
+#include "record_store.h"
+#include "stats.h"
+#include "xact_claims.h"
 
 PG_MODULE_MAGIC;
 
@@ -63,8 +70,8 @@ _PG_init(void)
 
 	MarkGUCPrefixReserved("idempotency");
 
-	claims_register_callbacks();
-	store_register_callbacks();	/* nested store brackets, table lookup */
-	stats_init();				/* shared counters, when preloaded */
-	outcome_wait_init();		/* wakeups of wait_for_outcome, when preloaded */
+	idem_claims_register_callbacks();
+	idem_store_register_callbacks();	/* nested store brackets, table lookup */
+	idem_stats_init();				/* shared counters, when preloaded */
+	idem_outcome_wait_init();		/* wakeups of wait_for_outcome, when preloaded */
 }

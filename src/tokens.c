@@ -12,7 +12,7 @@
  * with the caller's privileges; the clock is read once per call and
  * passed as a parameter.
  */
-#include "idempotency.h"
+#include "postgres.h"
 
 #include "catalog/pg_type_d.h"
 #include "common/base64.h"
@@ -23,6 +23,14 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
+
+#include "args.h"
+#include "citus.h"
+#include "compat.h"
+#include "delegation.h"
+#include "saved_plans.h"
+#include "stats.h"
+#include "tokens.h"
 
 /* Random bytes per token: 128 bits, 22 characters of base64url */
 #define TOKEN_RANDOM_BYTES 16
@@ -85,8 +93,8 @@ static SavedPlans token_plans = {"idempotency_token", token_plan_defs,
 static uint64
 token_exec(Oid fn, TokenPlanId id, Datum *values, int expected)
 {
-	return saved_plan_exec(&token_plans, id, get_func_namespace(fn), values,
-						   NULL, expected);
+	return idem_saved_plan_exec(&token_plans, id, get_func_namespace(fn), values,
+								NULL, expected);
 }
 
 /*
@@ -99,8 +107,8 @@ token_actor_begin(IdemActor *actor, Oid fn, const char *scope)
 {
 	Oid			namespace = get_func_namespace(fn);
 
-	actor_begin(actor, get_relname_relid("idempotency_token", namespace),
-				namespace, scope);
+	idem_actor_begin(actor, get_relname_relid("idempotency_token", namespace),
+					 namespace, scope);
 }
 
 /*
@@ -151,15 +159,15 @@ idem_token_issue(PG_FUNCTION_ARGS)
 	Datum		values[4];
 	IdemActor	actor;
 
-	require_arg(fcinfo, 0, "scope", "idem_token_issue");
-	require_arg(fcinfo, 1, "ttl", "idem_token_issue");
+	idem_require_arg(fcinfo, 0, "scope", "idem_token_issue");
+	idem_require_arg(fcinfo, 1, "ttl", "idem_token_issue");
 	scope = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	check_length("scope", scope);
-	require_read_write("idem_token_issue");
+	idem_check_length("scope", scope);
+	idem_require_read_write("idem_token_issue");
 
 	values[0] = PointerGetDatum(PG_GETARG_TEXT_PP(0));
 	values[2] = TimestampTzGetDatum(now);
-	values[3] = TimestampTzGetDatum(interval_end(fcinfo, 1, "ttl", now));
+	values[3] = TimestampTzGetDatum(idem_interval_end(fcinfo, 1, "ttl", now));
 
 	token_actor_begin(&actor, fcinfo->flinfo->fn_oid, scope);
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -178,7 +186,7 @@ idem_token_issue(PG_FUNCTION_ARGS)
 		CHECK_FOR_INTERRUPTS();
 	}
 	SPI_finish();
-	actor_end(&actor);
+	idem_actor_end(&actor);
 	idem_count(IDEM_COUNT_TOKENS_ISSUED);
 
 	PG_RETURN_TEXT_P(cstring_to_text(token));
@@ -203,9 +211,9 @@ idem_token_consume(PG_FUNCTION_ARGS)
 	bool		consumed;
 	IdemActor	actor;
 
-	require_arg(fcinfo, 0, "token", "idem_token_consume");
-	require_arg(fcinfo, 1, "scope", "idem_token_consume");
-	require_read_write("idem_token_consume");
+	idem_require_arg(fcinfo, 0, "token", "idem_token_consume");
+	idem_require_arg(fcinfo, 1, "scope", "idem_token_consume");
+	idem_require_read_write("idem_token_consume");
 	values[0] = PointerGetDatum(PG_GETARG_TEXT_PP(1));
 	values[1] = PointerGetDatum(PG_GETARG_TEXT_PP(0));
 	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
@@ -216,7 +224,7 @@ idem_token_consume(PG_FUNCTION_ARGS)
 	consumed = token_exec(fcinfo->flinfo->fn_oid, TOKEN_PLAN_CONSUME, values,
 						  SPI_OK_UPDATE) == 1;
 	SPI_finish();
-	actor_end(&actor);
+	idem_actor_end(&actor);
 	idem_count(consumed ? IDEM_COUNT_TOKENS_CONSUMED : IDEM_COUNT_TOKENS_REFUSED);
 
 	PG_RETURN_BOOL(consumed);
@@ -227,7 +235,7 @@ idem_token_consume(PG_FUNCTION_ARGS)
  * how many.
  */
 int64
-tokens_purge(Oid fn, TimestampTz now, int32 batch_size)
+idem_tokens_purge(Oid fn, TimestampTz now, int32 batch_size)
 {
 	Datum		values[2];
 	int64		purged;
@@ -245,6 +253,6 @@ tokens_purge(Oid fn, TimestampTz now, int32 batch_size)
 	else
 		purged = (int64) token_exec(fn, TOKEN_PLAN_PURGE, values, SPI_OK_DELETE);
 	SPI_finish();
-	actor_end(&actor);
+	idem_actor_end(&actor);
 	return purged;
 }
