@@ -44,19 +44,24 @@ idem_require_read_write(const char *fn)
 				errhint("Call it on the primary in a read-write transaction; idem_lookup reads a record anywhere."));
 }
 
-/* 22023 when a key or scope is longer than idempotency.max_key_length */
+/*
+ * 22023 when a key (is_scope false) or a scope is longer than
+ * idempotency.max_key_length characters
+ */
 void
-idem_check_length(const char *what, const char *value)
+idem_check_length(const char *value, bool is_scope)
 {
 	int			len = pg_mbstrlen(value);
 
 	if (len > idem_max_key_length)
 		ereport(ERROR,
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("idempotency %s is too long", what),
-				errdetail("The %s has %d characters; the limit is %d.",
-						  what, len, idem_max_key_length),
-				errhint("Send a shorter %s (a UUID is 36 characters), or raise idempotency.max_key_length.", what));
+				is_scope ?
+				errmsg("idempotency scope is too long") :
+				errmsg("idempotency key is too long"),
+				errdetail("It has %d characters; the limit is %d.",
+						  len, idem_max_key_length),
+				errhint("Send a shorter value (a UUID is 36 characters), or raise idempotency.max_key_length."));
 }
 
 /*
@@ -79,8 +84,8 @@ idem_get_key(FunctionCallInfo fcinfo, int key_arg, int scope_arg,
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				errmsg("idempotency key must not be empty"),
 				errhint("Send a unique key per logical request, for example a UUID."));
-	idem_check_length("key", id.key);
-	idem_check_length("scope", id.scope);
+	idem_check_length(id.key, false);
+	idem_check_length(id.scope, true);
 	return id;
 }
 

@@ -14,7 +14,7 @@ extern void idem_require_arg(FunctionCallInfo fcinfo, int argno,
 							 const char *argname, const char *fn);
 extern IdemKey idem_get_key(FunctionCallInfo fcinfo, int key_arg,
 							int scope_arg, const char *fn);
-extern void idem_check_length(const char *what, const char *value);
+extern void idem_check_length(const char *value, bool is_scope);
 extern void idem_require_read_write(const char *fn);
 extern TimestampTz idem_interval_end(FunctionCallInfo fcinfo, int argno,
 									 const char *argname, TimestampTz now);

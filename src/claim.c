@@ -48,7 +48,7 @@ check_fingerprint(const IdemKey *id, bytea *stored, bytea *given)
 					  id->key, id->scope,
 					  DatumGetCString(DirectFunctionCall1(byteaout, PointerGetDatum(stored))),
 					  DatumGetCString(DirectFunctionCall1(byteaout, PointerGetDatum(given)))),
-			errhint("Use a new idempotency key for a new request (HTTP 422)."));
+			errhint("Use a new idempotency key for a new request."));
 }
 
 /*

@@ -203,6 +203,7 @@ idem_actor_begin(IdemActor *actor, Oid relid, Oid namespace, const char *scope)
 				errdetail("Role \"%s\" has neither privileges on table %s nor a grant in idem_scope_grant that matches the scope.",
 						  GetUserNameFromId(actor->caller, false), get_rel_name(relid)),
 				errhint("Insert a row for the role, or a role it is a member of, into idem_scope_grant."));
+
 	/*
 	 * On a Citus table the switch must happen on the node that holds the
 	 * shard, where Citus runs a function delegated with
@@ -255,9 +256,10 @@ idem_scope_grants_changed(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				errmsg("idem_scope_grants_changed must be called as a trigger"));
+
 	/*
-	 * the table of the extension's schema: on Citus the trigger also fires
-	 * on the table's placements (a reference table), named otherwise
+	 * the table of the extension's schema: on Citus the trigger also fires on
+	 * the table's placements (a reference table), named otherwise
 	 */
 	CacheInvalidateRelcacheByRelid(get_relname_relid("idem_scope_grant",
 													 RelationGetNamespace(trigdata->tg_relation)));

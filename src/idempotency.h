@@ -20,10 +20,10 @@
 #define ERRCODE_IDEM_STALE_VERSION			MAKE_SQLSTATE('I','K','0','0','6')	/* 409 */
 
 /* GUCs, defined in init.c */
-extern int	idem_default_ttl;		/* seconds */
+extern int	idem_default_ttl;	/* seconds */
 extern int	idem_max_key_length;	/* characters */
-extern bool idem_direct_access;	/* record_direct.c may serve the store */
-extern int	idem_retry_after;		/* milliseconds */
+extern bool idem_direct_access; /* record_direct.c may serve the store */
+extern int	idem_retry_after;	/* milliseconds */
 
 /* Record status: same labels as the SQL enum idem_status */
 typedef enum IdemStatus

@@ -40,7 +40,7 @@ once_attempt(FunctionCallInfo fcinfo, const IdemKey *id, int *hidden)
 		if (idem_store_insert(id, NULL, &t))
 			return 1;
 		if (++*hidden >= 3)
-			idem_store_hidden_record_error(id);	/* see claim.c */
+			idem_store_hidden_record_error(id); /* see claim.c */
 		return -1;
 	}
 	if (!record_expired(&rec, t.now))

@@ -28,14 +28,6 @@
 /* Argument numbers shared by these functions: key first, then ... */
 #define ARG_KEY 0
 
-/* errcode() of IK003, counted in idempotency_stats when it is raised */
-static int
-errcode_stale_fence(void)
-{
-	idem_count(IDEM_COUNT_STALE_FENCES);
-	return errcode(ERRCODE_IDEM_STALE_FENCE);
-}
-
 /*
  * A fenced write changed nothing: read the record and say why.  IK003 when
  * the record carries another fence: an older one was taken over (also when
@@ -55,19 +47,25 @@ explain_refusal(const IdemKey *id, int64 fence, const char *fn)
 						  id->key, id->scope),
 				errhint("Call %s only after idem_claim answered \"claimed\".", fn));
 	if (fence >= 1 && fence < rec.fence)
+	{
+		idem_count(IDEM_COUNT_STALE_FENCES);
 		ereport(ERROR,
-				errcode_stale_fence(),
+				errcode(ERRCODE_IDEM_STALE_FENCE),
 				errmsg("stale fence: the claim was taken over"),
 				errdetail("Key \"%s\" in scope \"%s\" has fence " INT64_FORMAT "; this call has fence " INT64_FORMAT ".",
 						  id->key, id->scope, rec.fence, fence),
-				errhint("Only the holder of the current fence may write; a worker whose lease was taken over must stop and record nothing (HTTP 409)."));
+				errhint("Only the holder of the current fence may write; a worker whose lease was taken over must stop and record nothing."));
+	}
 	if (fence != rec.fence)
+	{
+		idem_count(IDEM_COUNT_STALE_FENCES);
 		ereport(ERROR,
-				errcode_stale_fence(),
+				errcode(ERRCODE_IDEM_STALE_FENCE),
 				errmsg("fence does not match the claim"),
 				errdetail("Key \"%s\" in scope \"%s\" has fence " INT64_FORMAT "; this call has fence " INT64_FORMAT ", which the record has not issued.",
 						  id->key, id->scope, rec.fence, fence),
 				errhint("Pass the fence that idem_claim returned; fences start at 1 and grow by one at each reclaim or takeover."));
+	}
 	if (rec.status == IDEM_SUCCEEDED || rec.status == IDEM_FAILED)
 		ereport(ERROR,
 				errcode(ERRCODE_IDEM_NOT_HELD),
@@ -78,9 +76,11 @@ explain_refusal(const IdemKey *id, int64 fence, const char *fn)
 	ereport(ERROR,
 			errcode(ERRCODE_IDEM_NOT_HELD),
 			errmsg("%s does not apply to this claim", fn),
-			errdetail("Key \"%s\" in scope \"%s\" is %s%s.",
-					  id->key, id->scope, idem_status_names[rec.status],
-					  rec.has_lease ? "" : " without a lease"),
+			rec.has_lease ?
+			errdetail("Key \"%s\" in scope \"%s\" is %s.",
+					  id->key, id->scope, idem_status_names[rec.status]) :
+			errdetail("Key \"%s\" in scope \"%s\" is %s without a lease.",
+					  id->key, id->scope, idem_status_names[rec.status]),
 			errhint("idem_checkpoint needs a claim in progress; idem_extend_lease a leased one."));
 }
 
@@ -109,12 +109,15 @@ required_fence(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 							  id->key, id->scope),
 					errhint("An outcome is recorded once; duplicates replay it."));
 		if (!PG_ARGISNULL(fence_arg) && PG_GETARG_INT64(fence_arg) != claim->fence)
+		{
+			idem_count(IDEM_COUNT_STALE_FENCES);
 			ereport(ERROR,
-					errcode_stale_fence(),
+					errcode(ERRCODE_IDEM_STALE_FENCE),
 					errmsg("fence does not match the claim held by this transaction"),
 					errdetail("This transaction holds key \"%s\" in scope \"%s\" with fence " INT64_FORMAT "; this call has fence " INT64_FORMAT ".",
 							  id->key, id->scope, claim->fence, PG_GETARG_INT64(fence_arg)),
 					errhint("Pass the fence that idem_claim returned, or none."));
+		}
 		*held = claim;
 		return claim->fence;
 	}
@@ -124,12 +127,15 @@ required_fence(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 
 	if (idem_store_read(id, &rec) &&
 		(rec.status == IDEM_UNKNOWN || (rec.status == IDEM_IN_PROGRESS && rec.has_lease)))
+	{
+		idem_count(IDEM_COUNT_STALE_FENCES);
 		ereport(ERROR,
-				errcode_stale_fence(),
+				errcode(ERRCODE_IDEM_STALE_FENCE),
 				errmsg("a fence is required to write to a leased claim"),
 				errdetail("Key \"%s\" in scope \"%s\" is %s with fence " INT64_FORMAT ".",
 						  id->key, id->scope, idem_status_names[rec.status], rec.fence),
 				errhint("Pass fence => the fence that your idem_claim returned."));
+	}
 	ereport(ERROR,
 			errcode(ERRCODE_IDEM_NOT_HELD),
 			errmsg("idempotency key is not claimed by this transaction"),

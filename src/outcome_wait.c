@@ -191,4 +191,3 @@ idem_outcome_wait_sleep(const IdemKey *id, uint64 generation, TimestampTz until)
 	}
 	ConditionVariableCancelSleep();
 }
-

@@ -135,8 +135,8 @@ typedef struct RecordLayout
 								 * direct writes may run */
 	MemoryContext context;		/* holds checks */
 	int			nchecks;
-	Node	  **checks;			/* the CHECK constraints' expressions, in
-								 * the relcache's order, deserialized once */
+	Node	  **checks;			/* the CHECK constraints' expressions, in the
+								 * relcache's order, deserialized once */
 } RecordLayout;
 
 static RecordLayout layout;
@@ -840,14 +840,16 @@ check_conflict_visible(DirectWrite *w, ItemPointer tid)
 {
 	Relation	heap = w->rri->ri_RelationDesc;
 	bool		isnull;
+	TransactionId xmin;
 
 	if (!IsolationUsesXactSnapshot())
 		return;
 	if (!table_tuple_fetch_row_version(heap, tid, SnapshotAny, w->slot))
 		elog(ERROR, "failed to fetch conflicting idempotency record");
+	xmin = DatumGetTransactionId(slot_getsysattr(w->slot, MinTransactionIdAttributeNumber,
+												 &isnull));
 	if (!table_tuple_satisfies_snapshot(heap, w->slot, w->estate->es_snapshot) &&
-		!TransactionIdIsCurrentTransactionId(DatumGetTransactionId(
-			slot_getsysattr(w->slot, MinTransactionIdAttributeNumber, &isnull))))
+		!TransactionIdIsCurrentTransactionId(xmin))
 		ereport(ERROR,
 				errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				errmsg("could not serialize access due to concurrent update"));

@@ -248,7 +248,13 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 };
 
 static SPIPlanPtr plans[NUM_PLANS];
-static SavedPlans store_plans = {"idempotent_record", plan_defs, NUM_PLANS, plans, InvalidOid};
+static SavedPlans store_plans = {
+	.table = "idempotent_record",
+	.defs = plan_defs,
+	.nplans = NUM_PLANS,
+	.plans = plans,
+	.namespace = InvalidOid
+};
 
 /*
  * State of the innermost idem_store_begin .. idem_store_end bracket, and of the

@@ -10,8 +10,7 @@
 
 typedef enum IdemCounter
 {
-	IDEM_COUNT_CLAIMS,			/* idem_claim answered claimed, idem_once
-								 * true */
+	IDEM_COUNT_CLAIMS,			/* idem_claim answered claimed, idem_once true */
 	IDEM_COUNT_REPLAYS,			/* ... replay, idem_once false */
 	IDEM_COUNT_IN_PROGRESS,		/* ... in_progress */
 	IDEM_COUNT_WAITS,			/* a claim's write waited for another

@@ -61,6 +61,7 @@ static const SavedPlanDef token_plan_defs[NUM_TOKEN_PLANS] = {
 		" AND consumed_at IS NULL AND expires_at OPERATOR(pg_catalog.>) $3",
 		3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 	},
+
 	/*
 	 * expired tokens, consumed or not, named by primary key; SKIP LOCKED as
 	 * for records (record_store.c)
@@ -86,8 +87,13 @@ static const SavedPlanDef token_plan_defs[NUM_TOKEN_PLANS] = {
 };
 
 static SPIPlanPtr token_plan_cache[NUM_TOKEN_PLANS];
-static SavedPlans token_plans = {"idempotency_token", token_plan_defs,
-	NUM_TOKEN_PLANS, token_plan_cache, InvalidOid};
+static SavedPlans token_plans = {
+	.table = "idempotency_token",
+	.defs = token_plan_defs,
+	.nplans = NUM_TOKEN_PLANS,
+	.plans = token_plan_cache,
+	.namespace = InvalidOid
+};
 
 /* Run plan id against the idempotency_token table of fn's schema */
 static uint64
@@ -162,7 +168,7 @@ idem_token_issue(PG_FUNCTION_ARGS)
 	idem_require_arg(fcinfo, 0, "scope", "idem_token_issue");
 	idem_require_arg(fcinfo, 1, "ttl", "idem_token_issue");
 	scope = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	idem_check_length("scope", scope);
+	idem_check_length(scope, true);
 	idem_require_read_write("idem_token_issue");
 
 	values[0] = PointerGetDatum(PG_GETARG_TEXT_PP(0));

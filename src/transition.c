@@ -130,8 +130,8 @@ resolve_target(Oid relid, const char *status_column, TransitionTarget *t)
 				errhint("idem_transition moves a status held as text, varchar or an enum."));
 
 	/*
-	 * Refuse before taking any lock when the caller may not update the
-	 * status (the statement checks every privilege again).
+	 * Refuse before taking any lock when the caller may not update the status
+	 * (the statement checks every privilege again).
 	 */
 	if (pg_class_aclcheck(relid, GetUserId(), ACL_UPDATE) != ACLCHECK_OK &&
 		pg_attribute_aclcheck(relid, t->status_attno, GetUserId(), ACL_UPDATE) != ACLCHECK_OK)

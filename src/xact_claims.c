@@ -96,8 +96,9 @@ claims_xact_callback(XactEvent event, void *arg)
 			if (open != NULL)
 				ereport(ERROR,
 						errcode(ERRCODE_IDEM_UNFINISHED_CLAIM),
-						errmsg("cannot %s a transaction with an unfinished idempotency claim",
-							   event == XACT_EVENT_PRE_COMMIT ? "commit" : "prepare"),
+						event == XACT_EVENT_PRE_COMMIT ?
+						errmsg("cannot commit a transaction with an unfinished idempotency claim") :
+						errmsg("cannot prepare a transaction with an unfinished idempotency claim"),
 						errdetail_plural("Key \"%s\" in scope \"%s\" was claimed in this transaction without an outcome (%d such claim).",
 										 "Key \"%s\" in scope \"%s\" was claimed in this transaction without an outcome (%d such claims).",
 										 nopen, open->key, open->scope, nopen),
