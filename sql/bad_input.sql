@@ -148,6 +148,20 @@ SELECT fn, pg_temp.try(sql) AS answer FROM (VALUES
  (12, 'idem_token_consume 10 kB token', $$SELECT idem_token_consume(repeat('t', 10000), 'form')$$),
  (13, 'idem_claim ttl 0 of a finished key (checked before the key)', $$SELECT outcome FROM idem_claim('done', ttl => '0')$$)
 ) AS m(ord, fn, sql) ORDER BY ord;
+-- the texts of the errors of the lists above, one call each
+\set VERBOSITY default
+SELECT bool_and(pg_temp.error_text(call)) AS all_refused FROM (VALUES
+ ($$SELECT idem_claim(NULL)$$),
+ ($$SELECT idem_fingerprint(NULL)$$),
+ ($$SELECT idem_finish('leased', '{}')$$),
+ ($$SELECT idem_transition('bim_orders', 1, 'paid', ARRAY[NULL])$$),
+ ($$SELECT idem_transition_guard()$$),
+ ($$SELECT idem_shard_probe(1, '', 'k')$$),
+ ($$SELECT idem_claim('')$$),
+ ($$SELECT idem_claim(repeat('k', 256))$$),
+ ($$SELECT idem_claim('k', scope => repeat('s', 256))$$)
+) AS v(call);
+\set VERBOSITY terse
 -- keys that differ only in white space, case or normalization are
 -- different records
 BEGIN;
@@ -188,14 +202,16 @@ SELECT i AS interval_value,
   FROM (VALUES ('0'), ('-1 second'), ('-1 day'), ('1 month -30 days'), ('1 month -31 days'),
                ('1 day -86400 seconds'), ('1 year -365 days -6 hours'), ('1 microsecond'), ('1 second'), ('1000 years'),
                ('300000 years'), ('178000000 years'), ('-178000000 years')) AS v(i);
--- the messages of the matrix above, one call each
-SELECT call, pg_temp.try(call) AS answer FROM (VALUES
+-- the texts of the errors of the matrix above, one call each
+\set VERBOSITY default
+SELECT bool_and(pg_temp.error_text(call)) AS all_refused FROM (VALUES
  ($$SELECT outcome FROM idem_claim('k', ttl => '0')$$),
  ($$SELECT outcome FROM idem_claim('k', ttl => '300000 years')$$),
  ($$SELECT outcome FROM idem_claim('k', lease => '0')$$),
  ($$SELECT outcome FROM idem_claim('k', lease => '1 second')$$),
  ($$SELECT idem_extend_lease('leased', '300000 years', fence => 3)$$)
 ) AS v(call);
+\set VERBOSITY terse
 SELECT i AS lease, outcome
   FROM (VALUES ('1 microsecond'), ('1 second'), ('1000 years')) AS v(i),
        LATERAL idem_claim('lease ' || i, lease => i::interval);
@@ -237,14 +253,16 @@ SELECT k AS key, f AS fence,
        pg_temp.try_code(format('SELECT idem_checkpoint(%L, ''p'', fence => %s)', k, f)) AS checkpoint
   FROM (VALUES ('done', '1'), ('done', '2'), ('declined', '1'), ('declined', '0'),
                ('unsure', '1'), ('unsure', '2'), ('absent', '1')) AS v(k, f);
--- the messages of the two matrices above, one call each
-SELECT call, pg_temp.try(call) AS answer FROM (VALUES
+-- the texts of the errors of the two matrices above, one call each
+\set VERBOSITY default
+SELECT bool_and(pg_temp.error_text(call)) AS all_refused FROM (VALUES
  ($$SELECT idem_finish('leased', '{}', fence => 2)$$),
  ($$SELECT idem_finish('leased', '{}', fence => 4)$$),
  ($$SELECT idem_finish('done', '{}', fence => 1)$$),
  ($$SELECT idem_checkpoint('unsure', 'p', fence => 1)$$),
  ($$SELECT idem_finish('absent', '{}', fence => 1)$$)
 ) AS v(call);
+\set VERBOSITY terse
 :unchanged;
 
 DROP TABLE bim_orders;

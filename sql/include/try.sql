@@ -27,3 +27,21 @@ END $$;
 -- wide matrices whose messages are shown once elsewhere)
 CREATE FUNCTION pg_temp.try_code(sql text) RETURNS text LANGUAGE sql AS $$
     SELECT CASE WHEN a LIKE 'ok%' THEN a ELSE left(a, 5) END FROM pg_temp.try(sql) a $$;
+-- pg_temp.error_text(sql): runs sql and shows the error it raises as a
+-- NOTICE with its SQLSTATE, message, DETAIL and HINT (\set VERBOSITY
+-- default shows them); answers whether it raised one.  Nothing is kept.
+CREATE FUNCTION pg_temp.error_text(sql text) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    d text;
+    h text;
+BEGIN
+    EXECUTE sql;
+    RAISE EXCEPTION USING ERRCODE = 'ZZ999', MESSAGE = 'no error';
+EXCEPTION
+    WHEN SQLSTATE 'ZZ999' THEN RETURN false;
+    WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS d = PG_EXCEPTION_DETAIL, h = PG_EXCEPTION_HINT;
+        RAISE NOTICE USING MESSAGE = SQLSTATE || ' ' || SQLERRM,
+                           DETAIL = coalesce(nullif(d, ''), '(none)'), HINT = coalesce(nullif(h, ''), '(none)');
+        RETURN true;
+END $$;
