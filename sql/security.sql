@@ -86,8 +86,7 @@ VALUES ('tenant_a', 'planted', 'succeeded', now(), now(), now() + interval '1 da
 :sqlstate
 -- the same key in B's own scope is B's own record
 BEGIN;
-SELECT outcome, fence FROM idem_claim('ord-1', scope => 'tenant_b',
-                                      fingerprint => idem_fingerprint('{"sku": 2}'));
+SELECT outcome, fence FROM idem_claim('ord-1', scope => 'tenant_b', fingerprint => idem_fingerprint('{"sku": 2}'));
 SELECT idem_finish('ord-1', '{"order_id": 2001}', scope => 'tenant_b');
 COMMIT;
 SELECT outcome, result FROM idem_claim('ord-1', scope => 'tenant_b');
