@@ -105,19 +105,22 @@ SELECT count(*) AS lines, count(*) FILTER (WHERE d.l IS DISTINCT FROM s.l) AS di
 -- and table access methods) as the SQL's index scan does
 INSERT INTO idempotent_record (key, status, result, fence, created_at, updated_at, expires_at)
 VALUES ('ser', 'succeeded', '{}', 1, now(), now(), now() + interval '1 day');
-SET idempotency.direct_access = on;
+-- pg_temp.claim_locks(direct_access): claims 'ser' with the direct path on
+-- or off, and answers its outcome and the SIRead locks the transaction holds
+CREATE FUNCTION pg_temp.claim_locks(direct text)
+RETURNS TABLE (outcome text, locktype text, relation regclass) LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('idempotency.direct_access', direct, true);
+    outcome := (SELECT c.outcome FROM idem_claim('ser') c);
+    RETURN QUERY SELECT outcome, l.locktype, l.relation::regclass FROM pg_locks l
+     WHERE l.mode = 'SIReadLock' AND l.pid = pg_backend_pid() ORDER BY 2, 3;
+END $$;
 BEGIN ISOLATION LEVEL SERIALIZABLE;
-SELECT outcome FROM idem_claim('ser');
-SELECT locktype, relation::regclass FROM pg_locks
- WHERE mode = 'SIReadLock' AND pid = pg_backend_pid() ORDER BY 1, 2;
+SELECT * FROM pg_temp.claim_locks('on');
 COMMIT;
-SET idempotency.direct_access = off;
 BEGIN ISOLATION LEVEL SERIALIZABLE;
-SELECT outcome FROM idem_claim('ser');
-SELECT locktype, relation::regclass FROM pg_locks
- WHERE mode = 'SIReadLock' AND pid = pg_backend_pid() ORDER BY 1, 2;
+SELECT * FROM pg_temp.claim_locks('off');
 COMMIT;
-RESET idempotency.direct_access;
 
 -- purge of a table with a DELETE trigger: the SQL runs and fires it
 TRUNCATE idempotent_record;

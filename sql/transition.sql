@@ -197,12 +197,8 @@ SELECT count(*) AS tr_orders_rows FROM tr_orders;
 -- search_path: operators named = in a schema searched first change nothing
 -------------------------------------------------------------------------------
 CREATE SCHEMA tr_evil;
-CREATE FUNCTION tr_evil.trap(integer, integer) RETURNS boolean LANGUAGE plpgsql
-    AS $$BEGIN RAISE EXCEPTION 'planted object called'; END$$;
-CREATE FUNCTION tr_evil.trap(text, text) RETURNS boolean LANGUAGE plpgsql
-    AS $$BEGIN RAISE EXCEPTION 'planted object called'; END$$;
-CREATE OPERATOR tr_evil.= (LEFTARG = integer, RIGHTARG = integer, FUNCTION = tr_evil.trap);
-CREATE OPERATOR tr_evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = tr_evil.trap);
+\i sql/include/planted_operator.sql
+SELECT pg_temp.plant_operator('tr_evil', '=', typ) AS planted FROM unnest(ARRAY['integer', 'text']) AS typ;
 SET search_path = tr_evil, pg_catalog, public;
 SELECT count(*) FROM tr_orders WHERE id = 1;
 :sqlstate
