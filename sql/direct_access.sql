@@ -334,16 +334,13 @@ GRANT SELECT, INSERT, DELETE ON idempotent_record TO regress_direct_partial;
 GRANT EXECUTE ON FUNCTION idem_purge(integer) TO regress_direct_partial;
 INSERT INTO idempotent_record (key, status, fence, created_at, updated_at, expires_at)
 VALUES ('expired', 'succeeded', 1, now() - interval '2 days', now() - interval '2 days', now() - interval '1 day');
+\i sql/include/try.sql
 SET ROLE regress_direct_partial;
-\set VERBOSITY terse
-SELECT idem_purge(10);
-:sqlstate
+-- (pg_temp.try, in one transaction: the claim is kept for the finish)
 BEGIN;
-SELECT outcome FROM idem_claim('partial');
-SELECT idem_finish('partial', '{}');
-:sqlstate
+SELECT c AS call, pg_temp.try(c, keep => true) AS partial FROM (VALUES ('SELECT idem_purge(10)'),
+    ($$SELECT outcome FROM idem_claim('partial')$$), ($$SELECT idem_finish('partial', '{}')$$)) AS v(c);
 ROLLBACK;
-\set VERBOSITY default
 RESET ROLE;
 SELECT key FROM idempotent_record ORDER BY key;
 REVOKE ALL ON idempotent_record FROM regress_direct_partial;
