@@ -25,14 +25,11 @@ DECLARE
     g   record;
 BEGIN
     DROP FUNCTION @extschema@.idem_claim(text, text, bytea, interval, boolean, interval);
-    CREATE FUNCTION @extschema@.idem_claim(
-        key              text,
-        scope            text        DEFAULT '',
-        fingerprint      bytea       DEFAULT NULL,
-        ttl              interval    DEFAULT NULL,
-        wait             boolean     DEFAULT true,
-        lease            interval    DEFAULT NULL,
-        wait_for_outcome interval    DEFAULT NULL)
+    -- 1.0's arguments, then wait_for_outcome
+    CREATE FUNCTION @extschema@.idem_claim(key text, scope text DEFAULT '',
+        fingerprint bytea DEFAULT NULL, ttl interval DEFAULT NULL,
+        wait boolean DEFAULT true, lease interval DEFAULT NULL,
+        wait_for_outcome interval DEFAULT NULL)
     RETURNS @extschema@.idem_claim_result
     AS 'MODULE_PATHNAME', 'idem_claim'
     LANGUAGE C VOLATILE PARALLEL UNSAFE;
