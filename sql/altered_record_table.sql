@@ -6,10 +6,8 @@
 -- dropped column, or crashed the server.)
 TRUNCATE idempotent_record;
 
-CREATE FUNCTION altered_scenario() RETURNS SETOF text
-LANGUAGE plpgsql AS $$
-DECLARE
-    r record;
+CREATE FUNCTION altered_scenario() RETURNS SETOF text LANGUAGE plpgsql AS $$
+DECLARE r record;
 BEGIN
     PERFORM idem_claim('a1', fingerprint => '\x01');
     PERFORM idem_finish('a1', '{"n": 1}');

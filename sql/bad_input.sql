@@ -37,7 +37,7 @@ SELECT (SELECT count(*) FROM idempotent_record) AS records,
 -- (fingerprint, ttl, lease, fence, status_column's default aside) mean
 -- "none" or "the default", as the README says.
 -------------------------------------------------------------------------------
-SELECT fn, arg, pg_temp.try(sql) AS answer FROM (VALUES
+SELECT fn, arg, pg_temp.try(sql) AS answer FROM (SELECT * FROM (VALUES
  (1, 'idem_claim', 'key', $$SELECT outcome FROM idem_claim(NULL)$$),
  (2, 'idem_claim', 'scope', $$SELECT outcome FROM idem_claim('k', scope => NULL)$$),
  (3, 'idem_claim', 'fingerprint (no check)', $$SELECT outcome FROM idem_claim('done', fingerprint => NULL)$$),
@@ -45,27 +45,6 @@ SELECT fn, arg, pg_temp.try(sql) AS answer FROM (VALUES
  (5, 'idem_claim', 'wait', $$SELECT outcome FROM idem_claim('k', wait => NULL)$$),
  (6, 'idem_claim', 'lease (in-transaction)', $$SELECT outcome || ' ' || (locked_until IS NULL) FROM idem_claim('k', lease => NULL), idempotent_record WHERE key = 'k'$$),
  (7, 'idem_claim', 'every argument (the key is named)', $$SELECT outcome FROM idem_claim(NULL, scope => NULL, fingerprint => NULL, ttl => NULL, wait => NULL)$$),
- (8, 'idem_finish', 'key', $$SELECT idem_finish(NULL, '{}')$$),
- (9, 'idem_finish', 'result', $$SELECT idem_finish('leased', NULL, fence => 3)$$),
- (10, 'idem_finish', 'scope', $$SELECT idem_finish('leased', '{}', scope => NULL, fence => 3)$$),
- (11, 'idem_finish', 'fence (none: leased needs one)', $$SELECT idem_finish('leased', '{}', fence => NULL)$$),
- (12, 'idem_fail', 'key', $$SELECT idem_fail(NULL, '{}')$$),
- (13, 'idem_fail', 'error', $$SELECT idem_fail('leased', NULL, fence => 3)$$),
- (14, 'idem_fail', 'retryable', $$SELECT idem_fail('leased', '{}', retryable => NULL, fence => 3)$$),
- (15, 'idem_fail', 'scope', $$SELECT idem_fail('leased', '{}', scope => NULL, fence => 3)$$),
- (16, 'idem_fail', 'fence (none: leased needs one)', $$SELECT idem_fail('leased', '{}', fence => NULL)$$),
- (17, 'idem_mark_unknown', 'key', $$SELECT idem_mark_unknown(NULL, '{}')$$),
- (18, 'idem_mark_unknown', 'detail', $$SELECT idem_mark_unknown('leased', NULL, fence => 3)$$),
- (19, 'idem_mark_unknown', 'scope', $$SELECT idem_mark_unknown('leased', '{}', scope => NULL, fence => 3)$$),
- (20, 'idem_mark_unknown', 'fence (none: leased needs one)', $$SELECT idem_mark_unknown('leased', '{}', fence => NULL)$$),
- (21, 'idem_checkpoint', 'key', $$SELECT idem_checkpoint(NULL, 'p')$$),
- (22, 'idem_checkpoint', 'recovery_point', $$SELECT idem_checkpoint('leased', NULL, fence => 3)$$),
- (23, 'idem_checkpoint', 'scope', $$SELECT idem_checkpoint('leased', 'p', scope => NULL, fence => 3)$$),
- (24, 'idem_checkpoint', 'fence (none: leased needs one)', $$SELECT idem_checkpoint('leased', 'p', fence => NULL)$$),
- (25, 'idem_extend_lease', 'key', $$SELECT idem_extend_lease(NULL, '1 minute')$$),
- (26, 'idem_extend_lease', 'lease', $$SELECT idem_extend_lease('leased', NULL, fence => 3)$$),
- (27, 'idem_extend_lease', 'scope', $$SELECT idem_extend_lease('leased', '1 minute', scope => NULL, fence => 3)$$),
- (28, 'idem_extend_lease', 'fence (none: leased needs one)', $$SELECT idem_extend_lease('leased', '1 minute', fence => NULL)$$),
  (29, 'idem_lookup', 'key', $$SELECT count(*) FROM idem_lookup(NULL)$$),
  (30, 'idem_lookup', 'scope', $$SELECT count(*) FROM idem_lookup('done', NULL)$$),
  (31, 'idem_fingerprint', 'body', $$SELECT idem_fingerprint(NULL)$$),
@@ -92,7 +71,19 @@ SELECT fn, arg, pg_temp.try(sql) AS answer FROM (VALUES
  (52, 'idem_shard_probe', 'key', $$SELECT idem_shard_probe(1, '', NULL)$$),
  (53, 'idem_shard_probe', '(no Citus shard here)', $$SELECT idem_shard_probe(1, '', 'k')$$),
  (54, 'idem_pending_at', 'at (unknown records only)', $$SELECT count(*) FROM idem_pending_at(NULL)$$)
-) AS m(ord, fn, arg, sql) ORDER BY ord;
+) AS m(ord, fn, arg, sql)
+UNION ALL
+-- the functions that write an outcome or a lease: key, their second
+-- argument, scope and fence (and idem_fail's retryable) one at a time
+SELECT 7 + w.n + a.n / 10.0, w.fn, coalesce(a.arg, w.second), format(a.sql, w.fn, w.value)
+  FROM (VALUES (1, 'idem_finish', 'result', $$'{}'$$), (2, 'idem_fail', 'error', $$'{}'$$),
+               (3, 'idem_mark_unknown', 'detail', $$'{}'$$), (4, 'idem_checkpoint', 'recovery_point', $$'p'$$),
+               (5, 'idem_extend_lease', 'lease', $$'1 minute'$$)) AS w(n, fn, second, value)
+ CROSS JOIN (VALUES (1, 'key', $$SELECT %1$s(NULL, %2$s)$$), (2, NULL, $$SELECT %1$s('leased', NULL, fence => 3)$$),
+                    (3, 'retryable', $$SELECT %1$s('leased', %2$s, retryable => NULL, fence => 3)$$),
+                    (4, 'scope', $$SELECT %1$s('leased', %2$s, scope => NULL, fence => 3)$$),
+                    (5, 'fence (none: leased needs one)', $$SELECT %1$s('leased', %2$s, fence => NULL)$$)) AS a(n, arg, sql)
+ WHERE a.arg IS DISTINCT FROM 'retryable' OR w.fn = 'idem_fail') AS m ORDER BY ord;
 -- the procedure commits, so it cannot run in try()
 CALL idem_purge_all(NULL);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE

@@ -105,19 +105,22 @@ SELECT count(*) AS lines, count(*) FILTER (WHERE d.l IS DISTINCT FROM s.l) AS di
 -- and table access methods) as the SQL's index scan does
 INSERT INTO idempotent_record (key, status, result, fence, created_at, updated_at, expires_at)
 VALUES ('ser', 'succeeded', '{}', 1, now(), now(), now() + interval '1 day');
-SET idempotency.direct_access = on;
+-- pg_temp.claim_locks(direct_access): claims 'ser' with the direct path on
+-- or off, and answers its outcome and the SIRead locks the transaction holds
+CREATE FUNCTION pg_temp.claim_locks(direct text)
+RETURNS TABLE (outcome text, locktype text, relation regclass) LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('idempotency.direct_access', direct, true);
+    outcome := (SELECT c.outcome FROM idem_claim('ser') c);
+    RETURN QUERY SELECT outcome, l.locktype, l.relation::regclass FROM pg_locks l
+     WHERE l.mode = 'SIReadLock' AND l.pid = pg_backend_pid() ORDER BY 2, 3;
+END $$;
 BEGIN ISOLATION LEVEL SERIALIZABLE;
-SELECT outcome FROM idem_claim('ser');
-SELECT locktype, relation::regclass FROM pg_locks
- WHERE mode = 'SIReadLock' AND pid = pg_backend_pid() ORDER BY 1, 2;
+SELECT * FROM pg_temp.claim_locks('on');
 COMMIT;
-SET idempotency.direct_access = off;
 BEGIN ISOLATION LEVEL SERIALIZABLE;
-SELECT outcome FROM idem_claim('ser');
-SELECT locktype, relation::regclass FROM pg_locks
- WHERE mode = 'SIReadLock' AND pid = pg_backend_pid() ORDER BY 1, 2;
+SELECT * FROM pg_temp.claim_locks('off');
 COMMIT;
-RESET idempotency.direct_access;
 
 -- purge of a table with a DELETE trigger: the SQL runs and fires it
 TRUNCATE idempotent_record;
@@ -331,16 +334,13 @@ GRANT SELECT, INSERT, DELETE ON idempotent_record TO regress_direct_partial;
 GRANT EXECUTE ON FUNCTION idem_purge(integer) TO regress_direct_partial;
 INSERT INTO idempotent_record (key, status, fence, created_at, updated_at, expires_at)
 VALUES ('expired', 'succeeded', 1, now() - interval '2 days', now() - interval '2 days', now() - interval '1 day');
+\i sql/include/try.sql
 SET ROLE regress_direct_partial;
-\set VERBOSITY terse
-SELECT idem_purge(10);
-:sqlstate
+-- (pg_temp.try, in one transaction: the claim is kept for the finish)
 BEGIN;
-SELECT outcome FROM idem_claim('partial');
-SELECT idem_finish('partial', '{}');
-:sqlstate
+SELECT c AS call, pg_temp.try(c, keep => true) AS partial FROM (VALUES ('SELECT idem_purge(10)'),
+    ($$SELECT outcome FROM idem_claim('partial')$$), ($$SELECT idem_finish('partial', '{}')$$)) AS v(c);
 ROLLBACK;
-\set VERBOSITY default
 RESET ROLE;
 SELECT key FROM idempotent_record ORDER BY key;
 REVOKE ALL ON idempotent_record FROM regress_direct_partial;

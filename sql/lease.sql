@@ -21,17 +21,18 @@ SELECT outcome FROM idem_claim('pay-1', scope => 'acct', fingerprint => idem_fin
 :sqlstate
 
 -- only the holder of the fence may write: no fence, a made-up one
-SELECT idem_fail('pay-1', '{"e": "not mine"}', scope => 'acct');
-:sqlstate
-SELECT idem_fail('pay-1', '{"e": "not mine"}', scope => 'acct', fence => 7);
-:sqlstate
-SELECT idem_finish('pay-1', '{"e": "not mine"}', scope => 'acct', fence => 0);
-:sqlstate
+-- (pg_temp.error_text shows each call's error with its DETAIL and HINT)
+\i sql/include/try.sql
+SELECT c AS call, pg_temp.error_text(c) AS refused FROM (VALUES
+    ($$SELECT idem_fail('pay-1', '{"e": "not mine"}', scope => 'acct')$$),
+    ($$SELECT idem_fail('pay-1', '{"e": "not mine"}', scope => 'acct', fence => 7)$$),
+    ($$SELECT idem_finish('pay-1', '{"e": "not mine"}', scope => 'acct', fence => 0)$$)) AS v(c);
 SELECT status, fence, result FROM idempotent_record WHERE key = 'pay-1';
 
 -- a leased claim is finished from another connection (poolers
 -- hand out another backend) with its fence
 \c
+\i sql/include/try.sql
 SELECT idem_checkpoint('pay-1', 'charged', scope => 'acct', fence => 1);
 SELECT idem_finish('pay-1', '{"charge": "ch_1"}', scope => 'acct', fence => 1);
 SELECT outcome, status, result, fence, recovery_point FROM idem_claim('pay-1', scope => 'acct');
@@ -47,18 +48,10 @@ SELECT outcome, fence FROM idem_claim('pay-2', lease => '1 minute');
 SELECT idem_checkpoint('pay-2', 'authorized', fence => 1);
 UPDATE idempotent_record SET locked_until = now() - interval '1 second' WHERE key = 'pay-2';
 SELECT outcome, status, fence, recovery_point FROM idem_claim('pay-2', lease => '1 minute');
-SELECT idem_finish('pay-2', '{"by": "A"}', fence => 1);
-:sqlstate
-SELECT idem_fail('pay-2', '{"by": "A"}', retryable => false, fence => 1);
-:sqlstate
-SELECT idem_fail('pay-2', '{"by": "A"}', fence => 1);
-:sqlstate
-SELECT idem_checkpoint('pay-2', 'captured', fence => 1);
-:sqlstate
-SELECT idem_extend_lease('pay-2', '1 minute', fence => 1);
-:sqlstate
-SELECT idem_mark_unknown('pay-2', '{"by": "A"}', fence => 1);
-:sqlstate
+SELECT c AS call, pg_temp.error_text(c) AS refused FROM (VALUES
+    ($$SELECT idem_finish('pay-2', '{"by": "A"}', fence => 1)$$), ($$SELECT idem_fail('pay-2', '{"by": "A"}', retryable => false, fence => 1)$$),
+    ($$SELECT idem_fail('pay-2', '{"by": "A"}', fence => 1)$$), ($$SELECT idem_checkpoint('pay-2', 'captured', fence => 1)$$),
+    ($$SELECT idem_extend_lease('pay-2', '1 minute', fence => 1)$$), ($$SELECT idem_mark_unknown('pay-2', '{"by": "A"}', fence => 1)$$)) AS v(c);
 SELECT status, fence, recovery_point, result FROM idempotent_record WHERE key = 'pay-2';
 SELECT idem_finish('pay-2', '{"by": "B"}', fence => 2);
 SELECT outcome, status, result, fence FROM idem_claim('pay-2');

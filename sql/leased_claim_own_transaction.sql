@@ -31,7 +31,7 @@ SELECT count(*) AS written FROM idempotent_record WHERE key = 'lc-block';
 
 -- an in-transaction claim (no lease) still belongs to the block
 BEGIN;
-SELECT outcome, fence FROM idem_claim('lc-in-tx');
+SELECT outcome, status, fence, retry_after FROM idem_claim('lc-in-tx');
 SELECT idem_finish('lc-in-tx', '{"ok": true}');
 COMMIT;
 SELECT key, status, result FROM idempotent_record WHERE key = 'lc-in-tx';

@@ -15,6 +15,7 @@ SELECT idem_token_issue('form') AS token \gset
 CREATE TABLE read_only_orders (id int PRIMARY KEY, status text);
 INSERT INTO read_only_orders VALUES (1, 'pending');
 
+\i sql/include/try.sql
 \set VERBOSITY terse
 BEGIN READ ONLY;
 -- a finished key, a seen id: refused as a new one would be
@@ -24,30 +25,14 @@ ROLLBACK;
 SET default_transaction_read_only = on;
 SELECT outcome FROM idem_claim('finished');
 :sqlstate
-SELECT outcome FROM idem_claim('new', wait => false);
-:sqlstate
-SELECT idem_once('seen');
-:sqlstate
-SELECT idem_once('unseen');
-:sqlstate
-SELECT idem_finish('leased', '{}', fence => 1);
-:sqlstate
-SELECT idem_fail('leased', '{}', fence => 1);
-:sqlstate
-SELECT idem_mark_unknown('leased', '{}', fence => 1);
-:sqlstate
-SELECT idem_checkpoint('leased', 'charged', fence => 1);
-:sqlstate
-SELECT idem_extend_lease('leased', '1 minute', fence => 1);
-:sqlstate
-SELECT idem_purge(10);
-:sqlstate
-SELECT idem_token_issue('form');
-:sqlstate
-SELECT idem_token_consume(:'token', 'form');
-:sqlstate
-SELECT idem_transition('read_only_orders', 1, 'paid', ARRAY['pending']);
-:sqlstate
+-- every function that may write (pg_temp.try answers SQLSTATE and message)
+SELECT c AS call, pg_temp.try(replace(c, ':token', quote_literal(:'token')), keep => true) AS refused FROM (VALUES
+    ($$SELECT outcome FROM idem_claim('new', wait => false)$$), ($$SELECT idem_once('seen')$$), ($$SELECT idem_once('unseen')$$),
+    ($$SELECT idem_finish('leased', '{}', fence => 1)$$), ($$SELECT idem_fail('leased', '{}', fence => 1)$$),
+    ($$SELECT idem_mark_unknown('leased', '{}', fence => 1)$$), ($$SELECT idem_checkpoint('leased', 'charged', fence => 1)$$),
+    ($$SELECT idem_extend_lease('leased', '1 minute', fence => 1)$$), ($$SELECT idem_purge(10)$$), ($$SELECT idem_token_issue('form')$$),
+    ($$SELECT idem_token_consume(:token, 'form')$$),
+    ($$SELECT idem_transition('read_only_orders', 1, 'paid', ARRAY['pending'])$$)) AS v(c);
 \set VERBOSITY default
 -- the message
 SELECT idem_once('seen');

@@ -39,46 +39,45 @@ COMMIT;
 
 RESET ROLE;
 :snapshot \gset before_
+\i sql/include/try.sql
+CREATE TABLE pg_temp.sec_calls (n serial, call text);
+INSERT INTO pg_temp.sec_calls (call) VALUES
+    ($$SELECT * FROM idem_claim('ord-1', scope => 'tenant_a')$$),
+    ($$SELECT * FROM idem_claim('ord-1', scope => 'tenant_a', fingerprint => idem_fingerprint('{"sku": 1}'))$$),
+    ($$SELECT * FROM idem_claim('ord-1', scope => 'tenant_a', wait => false)$$), ($$SELECT * FROM idem_claim('ord-2', scope => 'tenant_a')$$),
+    ($$SELECT * FROM idem_claim('never-used', scope => 'tenant_a')$$), ($$SELECT * FROM idem_claim('brand-new')$$),
+    ($$SELECT * FROM idem_claim('brand-new', wait => false)$$),
+    ($$SELECT idem_finish('pay-1', '{"by": "B"}', scope => 'tenant_a', fence => 1)$$),
+    ($$SELECT idem_finish('pay-1', '{"by": "B"}', scope => 'tenant_a')$$),
+    ($$SELECT idem_fail('pay-1', '{"by": "B"}', scope => 'tenant_a', fence => 1)$$),
+    ($$SELECT idem_fail('ord-1', '{"by": "B"}', retryable => true, scope => 'tenant_a', fence => 1)$$),
+    ($$SELECT idem_mark_unknown('pay-1', '{"by": "B"}', scope => 'tenant_a', fence => 1)$$),
+    ($$SELECT idem_checkpoint('pay-1', 'by B', scope => 'tenant_a', fence => 1)$$),
+    ($$SELECT idem_extend_lease('pay-1', '1 day', scope => 'tenant_a', fence => 1)$$),
+    ($$SELECT * FROM idem_lookup('ord-1', 'tenant_a')$$), ($$SELECT * FROM idem_pending$$),
+    ($$SELECT idem_purge(10)$$), ($$CALL idem_purge_all(10)$$), ($$SELECT idem_stats_reset()$$),
+    ($$SELECT idem_token_issue('form')$$), ($$SELECT idem_token_consume('AAAAAAAAAAAAAAAAAAAAAA', 'form')$$);
+GRANT SELECT ON pg_temp.sec_calls TO PUBLIC;
 SET ROLE regress_sec_app;
 
 -- tenant B aims at tenant A's keys in tenant A's scope.  The records are
 -- invisible to B, so a claim tries to create one, and the policy's WITH
 -- CHECK refuses that: 42501, neither a replay of A's result nor a claim
 SET app.tenant = 'tenant_b';
-SELECT * FROM idem_claim('ord-1', scope => 'tenant_a');
-:sqlstate
-SELECT * FROM idem_claim('ord-1', scope => 'tenant_a', fingerprint => idem_fingerprint('{"sku": 1}'));
-:sqlstate
-SELECT * FROM idem_claim('ord-1', scope => 'tenant_a', wait => false);
-:sqlstate
-SELECT * FROM idem_claim('ord-2', scope => 'tenant_a');
-:sqlstate
+-- Every function, called by each role in turn (pg_temp.try shows the
+-- SQLSTATE and message; what a call did is kept, as it would be; a leased
+-- claim must be a statement of its own, so it is called on its own).  For
+-- tenant B: claims of A's keys, and of a key A never used in A's scope,
+-- get the same 42501, so B cannot tell A's keys from unused ones; writing,
+-- with or without the fence A's claims hold, gets IK002 "no record", the
+-- same as for a key that does not exist; reading finds nothing.
+SELECT n, call, pg_temp.try(call, keep => true) AS tenant_b FROM pg_temp.sec_calls ORDER BY n;
 SELECT * FROM idem_claim('pay-1', scope => 'tenant_a', lease => '1 minute');
-:sqlstate
--- a claim of a key A has never used in A's scope: the same answer, so B
--- cannot tell A's keys from unused ones
-SELECT * FROM idem_claim('never-used', scope => 'tenant_a');
 :sqlstate
 -- reading: nothing
 SELECT count(*) AS visible FROM idem_lookup('ord-1', 'tenant_a');
 SELECT count(*) AS visible FROM idempotent_record;
 SELECT count(*) AS pending_visible FROM idem_pending;
--- writing, with or without the fence A's claims hold: IK002 "no record",
--- the same as for a key that does not exist
-SELECT idem_finish('pay-1', '{"by": "B"}', scope => 'tenant_a', fence => 1);
-:sqlstate
-SELECT idem_finish('pay-1', '{"by": "B"}', scope => 'tenant_a');
-:sqlstate
-SELECT idem_fail('pay-1', '{"by": "B"}', scope => 'tenant_a', fence => 1);
-:sqlstate
-SELECT idem_fail('ord-1', '{"by": "B"}', retryable => true, scope => 'tenant_a', fence => 1);
-:sqlstate
-SELECT idem_mark_unknown('pay-1', '{"by": "B"}', scope => 'tenant_a', fence => 1);
-:sqlstate
-SELECT idem_checkpoint('pay-1', 'by B', scope => 'tenant_a', fence => 1);
-:sqlstate
-SELECT idem_extend_lease('pay-1', '1 day', scope => 'tenant_a', fence => 1);
-:sqlstate
 -- plain SQL is held by the same policy
 UPDATE idempotent_record SET result = '{"by": "B"}' WHERE scope = 'tenant_a';
 DELETE FROM idempotent_record WHERE scope = 'tenant_a';
@@ -87,8 +86,7 @@ VALUES ('tenant_a', 'planted', 'succeeded', now(), now(), now() + interval '1 da
 :sqlstate
 -- the same key in B's own scope is B's own record
 BEGIN;
-SELECT outcome, fence FROM idem_claim('ord-1', scope => 'tenant_b',
-                                      fingerprint => idem_fingerprint('{"sku": 2}'));
+SELECT outcome, fence FROM idem_claim('ord-1', scope => 'tenant_b', fingerprint => idem_fingerprint('{"sku": 2}'));
 SELECT idem_finish('ord-1', '{"order_id": 2001}', scope => 'tenant_b');
 COMMIT;
 SELECT outcome, result FROM idem_claim('ord-1', scope => 'tenant_b');
@@ -150,39 +148,8 @@ ALTER TABLE idempotent_record DISABLE ROW LEVEL SECURITY;
 CREATE ROLE regress_sec_nobody;
 :snapshot \gset before_
 SET ROLE regress_sec_nobody;
-SELECT * FROM idem_claim('ord-1', scope => 'tenant_a');
-:sqlstate
-SELECT * FROM idem_claim('brand-new');
-:sqlstate
-SELECT * FROM idem_claim('brand-new', wait => false);
-:sqlstate
+SELECT n, pg_temp.try(call, keep => true) AS nobody FROM pg_temp.sec_calls ORDER BY n;
 SELECT * FROM idem_claim('brand-new', lease => '1 minute');
-:sqlstate
-SELECT idem_finish('pay-1', '{}', scope => 'tenant_a', fence => 1);
-:sqlstate
-SELECT idem_finish('pay-1', '{}', scope => 'tenant_a');
-:sqlstate
-SELECT idem_fail('pay-1', '{}', scope => 'tenant_a', fence => 1);
-:sqlstate
-SELECT idem_mark_unknown('pay-1', '{}', scope => 'tenant_a', fence => 1);
-:sqlstate
-SELECT idem_checkpoint('pay-1', 'x', scope => 'tenant_a', fence => 1);
-:sqlstate
-SELECT idem_extend_lease('pay-1', '1 day', scope => 'tenant_a', fence => 1);
-:sqlstate
-SELECT * FROM idem_lookup('ord-1', 'tenant_a');
-:sqlstate
-SELECT * FROM idem_pending;
-:sqlstate
-SELECT idem_purge(10);
-:sqlstate
-CALL idem_purge_all(10);
-:sqlstate
-SELECT idem_stats_reset();
-:sqlstate
-SELECT idem_token_issue('form');
-:sqlstate
-SELECT idem_token_consume('AAAAAAAAAAAAAAAAAAAAAA', 'form');
 :sqlstate
 -- fingerprints read no table
 SELECT length(idem_fingerprint('{"a": 1}')) AS fingerprint_bytes;
@@ -196,10 +163,7 @@ CREATE ROLE regress_sec_reader;
 GRANT SELECT ON idempotent_record TO regress_sec_reader;
 SET ROLE regress_sec_reader;
 SELECT outcome, result FROM idem_claim('ord-1', scope => 'tenant_a');
-SELECT * FROM idem_claim('brand-new');
-:sqlstate
-SELECT idem_finish('pay-1', '{}', scope => 'tenant_a', fence => 1);
-:sqlstate
+SELECT n, pg_temp.try(call, keep => true) AS reader FROM pg_temp.sec_calls ORDER BY n;
 RESET ROLE;
 SELECT count(*) AS records, md5(string_agg(format('%s|%s|%s|%s|%s|%s|%s|%s|%s', scope, key, status, fingerprint, result, recovery_point, fence, locked_until, expires_at), ',' ORDER BY scope, key)) = :'before_content' AS unchanged
   FROM idempotent_record;

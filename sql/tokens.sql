@@ -145,12 +145,9 @@ SELECT idem_token_consume(:'t9', 'form') AS owner_consumes;
 -- first change nothing (a new backend, so no plan was prepared before)
 -------------------------------------------------------------------------------
 CREATE SCHEMA tok_evil;
-CREATE FUNCTION tok_evil.trap_text(text, text) RETURNS boolean LANGUAGE plpgsql
-    AS $$BEGIN RAISE EXCEPTION 'planted object called'; END$$;
-CREATE FUNCTION tok_evil.trap_ts(timestamptz, timestamptz) RETURNS boolean LANGUAGE plpgsql
-    AS $$BEGIN RAISE EXCEPTION 'planted object called'; END$$;
-CREATE OPERATOR tok_evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = tok_evil.trap_text);
-CREATE OPERATOR tok_evil.> (LEFTARG = timestamptz, RIGHTARG = timestamptz, FUNCTION = tok_evil.trap_ts);
+\i sql/include/planted_operator.sql
+SELECT pg_temp.plant_operator('tok_evil', op, typ) AS planted
+  FROM (VALUES ('=', 'text'), ('>', 'timestamptz')) AS v(op, typ);
 CREATE TABLE tok_evil.idempotency_token (LIKE idempotency_token);
 \c
 SET search_path = tok_evil, pg_catalog, public;
