@@ -1,95 +1,270 @@
--- Bad input: a clear error with its SQLSTATE, and nothing changes
-\set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'
+-- Bad input: every public function with NULL in each argument, odd keys
+-- and scopes, bad intervals, wrong fences and bad settings.  Each call runs
+-- through pg_temp.try (sql/include/try.sql), in a subtransaction rolled
+-- back afterwards, and prints its SQLSTATE and message, or "ok" and what it
+-- returned; the tables are compared before and after.  Huge values (10 MB)
+-- are in test/t/015_huge_values.pl, on a cluster of their own.
+\set VERBOSITY terse
 TRUNCATE idempotent_record;
+TRUNCATE idempotency_token;
+\i sql/include/try.sql
+
+-- what must not change: a finished record, a final failure, a live leased
+-- claim (fence 3, after two takeovers), an unknown outcome, a token
 BEGIN;
-SELECT outcome FROM idem_claim('held');
-SELECT idem_finish('held', '{"kept": true}');
+SELECT outcome FROM idem_claim('done', fingerprint => idem_fingerprint('{"a": 1}'));
+SELECT idem_finish('done', '{"r": 1}');
+SELECT outcome FROM idem_claim('declined');
+SELECT idem_fail('declined', '{"e": 1}', retryable => false);
 COMMIT;
+SELECT outcome FROM idem_claim('leased', lease => '1 hour');
+UPDATE idempotent_record SET fence = 3 WHERE key = 'leased';
+SELECT outcome FROM idem_claim('unsure', lease => '1 hour');
+SELECT idem_mark_unknown('unsure', '{"why": "timeout"}', fence => 1);
+SELECT length(idem_token_issue('form')) AS token_length;
+CREATE TABLE bim_orders (id int PRIMARY KEY, status text NOT NULL);
+INSERT INTO bim_orders VALUES (1, 'pending');
 
--- NULL arguments: 22004 (no function is STRICT)
-SELECT * FROM idem_claim(NULL);
-:sqlstate
-SELECT * FROM idem_claim('k', scope => NULL);
-:sqlstate
-SELECT * FROM idem_claim('k', wait => NULL);
-:sqlstate
-SELECT idem_finish(NULL, '{}');
-:sqlstate
-SELECT idem_finish('held', NULL);
-:sqlstate
-SELECT idem_finish('held', '{}', scope => NULL);
-:sqlstate
-SELECT idem_fail(NULL, '{}');
-:sqlstate
-SELECT idem_fail('held', NULL);
-:sqlstate
-SELECT idem_fail('held', '{}', retryable => NULL);
-:sqlstate
-SELECT idem_fail('held', '{}', scope => NULL);
-:sqlstate
-SELECT * FROM idem_lookup(NULL);
-:sqlstate
-SELECT * FROM idem_lookup('held', NULL);
-:sqlstate
-SELECT proname FROM pg_proc WHERE proname LIKE 'idem\_%' AND proisstrict;
+CREATE TEMP TABLE snap AS
+SELECT (SELECT count(*) FROM idempotent_record) AS records,
+       (SELECT md5(string_agg(r::text, ',' ORDER BY scope, key)) FROM idempotent_record r) AS record_content,
+       (SELECT md5(string_agg(t::text, ',' ORDER BY scope, token)) FROM idempotency_token t) AS token_content,
+       (SELECT md5(string_agg(o::text, ',' ORDER BY id)) FROM bim_orders o) AS order_content;
+\set unchanged 'SELECT s.records = (SELECT count(*) FROM idempotent_record) AS same_count, s.record_content = (SELECT md5(string_agg(r::text, '','' ORDER BY scope, key)) FROM idempotent_record r) AS same_records, s.token_content = (SELECT md5(string_agg(t::text, '','' ORDER BY scope, token)) FROM idempotency_token t) AS same_tokens, s.order_content = (SELECT md5(string_agg(o::text, '','' ORDER BY id)) FROM bim_orders o) AS same_orders FROM snap s'
 
--- a NULL fingerprint is allowed (no check); a NULL ttl means the default
-BEGIN;
-SELECT outcome FROM idem_claim('nulls-ok', fingerprint => NULL, ttl => NULL);
-SELECT idem_finish('nulls-ok', '{}');
-COMMIT;
+-------------------------------------------------------------------------------
+-- NULL in each argument.  Required arguments: 22004.  Optional ones
+-- (fingerprint, ttl, lease, fence, status_column's default aside) mean
+-- "none" or "the default", as the README says.
+-------------------------------------------------------------------------------
+SELECT fn, arg, pg_temp.try(sql) AS answer FROM (VALUES
+ (1, 'idem_claim', 'key', $$SELECT outcome FROM idem_claim(NULL)$$),
+ (2, 'idem_claim', 'scope', $$SELECT outcome FROM idem_claim('k', scope => NULL)$$),
+ (3, 'idem_claim', 'fingerprint (no check)', $$SELECT outcome FROM idem_claim('done', fingerprint => NULL)$$),
+ (4, 'idem_claim', 'ttl (the default)', $$SELECT outcome FROM idem_claim('k', ttl => NULL)$$),
+ (5, 'idem_claim', 'wait', $$SELECT outcome FROM idem_claim('k', wait => NULL)$$),
+ (6, 'idem_claim', 'lease (in-transaction)', $$SELECT outcome || ' ' || (locked_until IS NULL) FROM idem_claim('k', lease => NULL), idempotent_record WHERE key = 'k'$$),
+ (7, 'idem_claim', 'every argument (the key is named)', $$SELECT outcome FROM idem_claim(NULL, scope => NULL, fingerprint => NULL, ttl => NULL, wait => NULL)$$),
+ (8, 'idem_finish', 'key', $$SELECT idem_finish(NULL, '{}')$$),
+ (9, 'idem_finish', 'result', $$SELECT idem_finish('leased', NULL, fence => 3)$$),
+ (10, 'idem_finish', 'scope', $$SELECT idem_finish('leased', '{}', scope => NULL, fence => 3)$$),
+ (11, 'idem_finish', 'fence (none: leased needs one)', $$SELECT idem_finish('leased', '{}', fence => NULL)$$),
+ (12, 'idem_fail', 'key', $$SELECT idem_fail(NULL, '{}')$$),
+ (13, 'idem_fail', 'error', $$SELECT idem_fail('leased', NULL, fence => 3)$$),
+ (14, 'idem_fail', 'retryable', $$SELECT idem_fail('leased', '{}', retryable => NULL, fence => 3)$$),
+ (15, 'idem_fail', 'scope', $$SELECT idem_fail('leased', '{}', scope => NULL, fence => 3)$$),
+ (16, 'idem_fail', 'fence (none: leased needs one)', $$SELECT idem_fail('leased', '{}', fence => NULL)$$),
+ (17, 'idem_mark_unknown', 'key', $$SELECT idem_mark_unknown(NULL, '{}')$$),
+ (18, 'idem_mark_unknown', 'detail', $$SELECT idem_mark_unknown('leased', NULL, fence => 3)$$),
+ (19, 'idem_mark_unknown', 'scope', $$SELECT idem_mark_unknown('leased', '{}', scope => NULL, fence => 3)$$),
+ (20, 'idem_mark_unknown', 'fence (none: leased needs one)', $$SELECT idem_mark_unknown('leased', '{}', fence => NULL)$$),
+ (21, 'idem_checkpoint', 'key', $$SELECT idem_checkpoint(NULL, 'p')$$),
+ (22, 'idem_checkpoint', 'recovery_point', $$SELECT idem_checkpoint('leased', NULL, fence => 3)$$),
+ (23, 'idem_checkpoint', 'scope', $$SELECT idem_checkpoint('leased', 'p', scope => NULL, fence => 3)$$),
+ (24, 'idem_checkpoint', 'fence (none: leased needs one)', $$SELECT idem_checkpoint('leased', 'p', fence => NULL)$$),
+ (25, 'idem_extend_lease', 'key', $$SELECT idem_extend_lease(NULL, '1 minute')$$),
+ (26, 'idem_extend_lease', 'lease', $$SELECT idem_extend_lease('leased', NULL, fence => 3)$$),
+ (27, 'idem_extend_lease', 'scope', $$SELECT idem_extend_lease('leased', '1 minute', scope => NULL, fence => 3)$$),
+ (28, 'idem_extend_lease', 'fence (none: leased needs one)', $$SELECT idem_extend_lease('leased', '1 minute', fence => NULL)$$),
+ (29, 'idem_lookup', 'key', $$SELECT count(*) FROM idem_lookup(NULL)$$),
+ (30, 'idem_lookup', 'scope', $$SELECT count(*) FROM idem_lookup('done', NULL)$$),
+ (31, 'idem_fingerprint', 'body', $$SELECT idem_fingerprint(NULL)$$),
+ (32, 'idem_fingerprint', 'body = JSON null (a value)', $$SELECT length(idem_fingerprint('null'))$$),
+ (33, 'idem_once', 'key', $$SELECT idem_once(NULL)$$),
+ (34, 'idem_once', 'scope', $$SELECT idem_once('m', scope => NULL)$$),
+ (35, 'idem_once', 'ttl (the default)', $$SELECT idem_once('m', ttl => NULL)$$),
+ (36, 'idem_purge', 'batch_size', $$SELECT idem_purge(NULL)$$),
+ (37, 'idem_token_issue', 'scope', $$SELECT idem_token_issue(NULL)$$),
+ (38, 'idem_token_issue', 'ttl', $$SELECT idem_token_issue('form', NULL)$$),
+ (39, 'idem_token_consume', 'token', $$SELECT idem_token_consume(NULL, 'form')$$),
+ (40, 'idem_token_consume', 'scope', $$SELECT idem_token_consume('t', NULL)$$),
+ (41, 'idem_transition', 'rel', $$SELECT idem_transition(NULL, 1, 'paid', ARRAY['pending'])$$),
+ (42, 'idem_transition', 'id', $$SELECT idem_transition('bim_orders', NULL::int, 'paid', ARRAY['pending'])$$),
+ (43, 'idem_transition', 'to_state', $$SELECT idem_transition('bim_orders', 1, NULL, ARRAY['pending'])$$),
+ (44, 'idem_transition', 'from_states', $$SELECT idem_transition('bim_orders', 1, 'paid', NULL)$$),
+ (45, 'idem_transition', 'from_states element', $$SELECT idem_transition('bim_orders', 1, 'paid', ARRAY['pending', NULL])$$),
+ (46, 'idem_transition', 'status_column', $$SELECT idem_transition('bim_orders', 1, 'paid', ARRAY['pending'], NULL)$$),
+ (47, 'idem_stats', '(none)', $$SELECT claims >= 0 FROM idem_stats()$$),
+ (48, 'idem_transition_guard', 'called directly', $$SELECT idem_transition_guard()$$),
+ (49, 'idem_version_guard', 'called directly', $$SELECT idem_version_guard()$$),
+ (50, 'idem_shard_probe', 'shard', $$SELECT idem_shard_probe(NULL, '', 'k')$$),
+ (51, 'idem_shard_probe', 'scope', $$SELECT idem_shard_probe(1, NULL, 'k')$$),
+ (52, 'idem_shard_probe', 'key', $$SELECT idem_shard_probe(1, '', NULL)$$),
+ (53, 'idem_shard_probe', '(no Citus shard here)', $$SELECT idem_shard_probe(1, '', 'k')$$),
+ (54, 'idem_pending_at', 'at (unknown records only)', $$SELECT count(*) FROM idem_pending_at(NULL)$$)
+) AS m(ord, fn, arg, sql) ORDER BY ord;
+-- the procedure commits, so it cannot run in try()
+CALL idem_purge_all(NULL);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+:unchanged;
 
--- keys: empty → 22023; up to idempotency.max_key_length characters
-SELECT * FROM idem_claim('');
-:sqlstate
+-------------------------------------------------------------------------------
+-- Keys and scopes: empty, long, odd bytes.  The limit is
+-- idempotency.max_key_length characters (255), not bytes; the key is kept
+-- exactly as sent.
+-------------------------------------------------------------------------------
 SHOW idempotency.max_key_length;
+-- claim: the outcome, then whether the record holds the key byte for byte
+SELECT label, octet_length(k) AS bytes, char_length(k) AS chars,
+       pg_temp.try(format('SELECT outcome FROM idem_claim(%L)', k),
+                   format('SELECT count(*) || '' '' || bool_and(key = %L) FROM idempotent_record WHERE key = %L', k, k)) AS claim,
+       pg_temp.try(format('SELECT outcome FROM idem_claim(''k'', scope => %L)', k),
+                   format('SELECT count(*) || '' '' || bool_and(scope = %L) FROM idempotent_record WHERE scope = %L', k, k)) AS as_scope
+  FROM (VALUES
+ (1, 'empty', ''),
+ (2, 'one space', ' '),
+ (3, 'two spaces', '  '),
+ (4, 'tab', E'\t'),
+ (5, 'newline inside', E'a\nb'),
+ (6, 'leading/trailing space', ' k '),
+ (7, 'control character', E'k\x01'),
+ (8, 'emoji', '🔑'),
+ (9, 'combining accent (not normalized)', E'e\u0301'),
+ (10, 'zero-width space', E'k\u200b'),
+ (11, 'right-to-left mark', E'\u200fk'),
+ (12, 'quote and backslash', E'k''"\\'),
+ (13, 'SQL in a key', 'k''); DROP TABLE idempotent_record; --'),
+ (14, '255 ASCII (255 bytes)', repeat('k', 255)),
+ (15, '256 ASCII (256 bytes)', repeat('k', 256)),
+ (16, '255 two-byte chars (510 bytes)', repeat('é', 255)),
+ (17, '256 two-byte chars', repeat('é', 256)),
+ (18, '255 emoji (1020 bytes)', repeat('🔑', 255)),
+ (19, '256 emoji', repeat('🔑', 256)),
+ (20, '128 two-byte chars (256 bytes)', repeat('é', 128))
+) AS v(ord, label, k) ORDER BY ord;
+-- ... also for the functions that name a key without claiming it
+SELECT fn, pg_temp.try(sql) AS answer FROM (VALUES
+ (1, 'idem_finish empty key', $$SELECT idem_finish('', '{}', fence => 1)$$),
+ (2, 'idem_finish 256 characters', $$SELECT idem_finish(repeat('k', 256), '{}', fence => 1)$$),
+ (3, 'idem_fail empty key', $$SELECT idem_fail('', '{}', fence => 1)$$),
+ (4, 'idem_mark_unknown 256 emoji', $$SELECT idem_mark_unknown(repeat('🔑', 256), '{}', fence => 1)$$),
+ (5, 'idem_checkpoint empty scope is the default scope', $$SELECT idem_checkpoint('leased', 'p', scope => '', fence => 3)$$),
+ (6, 'idem_extend_lease 256-character scope', $$SELECT idem_extend_lease('leased', '1 minute', scope => repeat('s', 256), fence => 3)$$),
+ (7, 'idem_lookup empty key', $$SELECT count(*) FROM idem_lookup('')$$),
+ (8, 'idem_lookup 256 characters', $$SELECT count(*) FROM idem_lookup(repeat('k', 256))$$),
+ (9, 'idem_once empty key', $$SELECT idem_once('')$$),
+ (10, 'idem_once 256 characters', $$SELECT idem_once(repeat('k', 256))$$),
+ (11, 'idem_token_issue 256-character scope', $$SELECT idem_token_issue(repeat('s', 256))$$),
+ (12, 'idem_token_consume 10 kB token', $$SELECT idem_token_consume(repeat('t', 10000), 'form')$$),
+ (13, 'idem_claim ttl 0 of a finished key (checked before the key)', $$SELECT outcome FROM idem_claim('done', ttl => '0')$$)
+) AS m(ord, fn, sql) ORDER BY ord;
+-- the texts of the errors of the lists above, one call each
+\set VERBOSITY default
+SELECT bool_and(pg_temp.error_text(call)) AS all_refused FROM (VALUES
+ ($$SELECT idem_claim(NULL)$$),
+ ($$SELECT idem_fingerprint(NULL)$$),
+ ($$SELECT idem_finish('leased', '{}')$$),
+ ($$SELECT idem_transition('bim_orders', 1, 'paid', ARRAY[NULL])$$),
+ ($$SELECT idem_transition_guard()$$),
+ ($$SELECT idem_shard_probe(1, '', 'k')$$),
+ ($$SELECT idem_claim('')$$),
+ ($$SELECT idem_claim(repeat('k', 256))$$),
+ ($$SELECT idem_claim('k', scope => repeat('s', 256))$$)
+) AS v(call);
+\set VERBOSITY terse
+-- keys that differ only in white space, case or normalization are
+-- different records
 BEGIN;
-SELECT outcome FROM idem_claim(repeat('k', 255));
-SELECT outcome FROM idem_claim(repeat('é', 255));
-SELECT outcome FROM idem_claim('key', scope => repeat('s', 255));
+SELECT format('%L', k) AS key, outcome FROM unnest(ARRAY[' ', '  ', 'k', 'K', 'k ', 'é', E'e\u0301']) AS k,
+       LATERAL idem_claim(k) ORDER BY k COLLATE "C";
 ROLLBACK;
-SELECT outcome FROM idem_claim(repeat('k', 256));
-:sqlstate
-SELECT outcome FROM idem_claim(repeat('é', 256));
-:sqlstate
-SELECT outcome FROM idem_claim('key', scope => repeat('s', 256));
-:sqlstate
+-- the limit follows the setting, for keys and scopes alike
 SET idempotency.max_key_length = 8;
-SELECT outcome FROM idem_claim('123456789');
-:sqlstate
+SELECT pg_temp.try($$SELECT outcome FROM idem_claim('12345678')$$) AS key_of_8,
+       pg_temp.try($$SELECT outcome FROM idem_claim('123456789')$$) AS key_of_9,
+       pg_temp.try($$SELECT outcome FROM idem_claim('k', scope => 'éééééééé9')$$) AS scope_of_9;
 RESET idempotency.max_key_length;
-SET idempotency.max_key_length = 0;
-SET idempotency.max_key_length = 2000;
--- the key is kept exactly as sent: white space and case are significant
-BEGIN;
-SELECT outcome FROM idem_claim(' held');
-SELECT outcome FROM idem_claim('HELD');
-SELECT outcome FROM idem_claim('held ');
-ROLLBACK;
+-- the B-tree bounds (scope, key) to about 2700 bytes: a 1000-character key
+-- of 3-byte characters that do not compress fails with 54000 once the
+-- setting allows it
+SET idempotency.max_key_length = 1024;
+SELECT pg_temp.try($$SELECT outcome FROM idem_claim(
+         (SELECT string_agg(chr(19968 + (i * 7919) % 20000), '') FROM generate_series(1, 1000) i))$$) AS long_multibyte_key;
+SELECT pg_temp.try($$SELECT outcome FROM idem_claim(repeat('k', 1024))$$) AS key_of_1024_ascii;
+RESET idempotency.max_key_length;
+:unchanged;
 
--- ttl must be positive: 22023
-SELECT outcome FROM idem_claim('k', ttl => '0');
-:sqlstate
-SELECT outcome FROM idem_claim('k', ttl => '-1 second');
-:sqlstate
-SELECT outcome FROM idem_claim('k', ttl => '1 month -31 days');
-:sqlstate
--- zero as a fixed duration (a month is 30 days, a year 365.25 days, as
--- extract(epoch FROM ttl) counts them), whatever the calendar says
-SELECT outcome FROM idem_claim('k', ttl => '1 month -30 days');
-:sqlstate
-SELECT outcome FROM idem_claim('k', ttl => '1 year -365 days -6 hours');
-:sqlstate
--- server time + ttl past the timestamp range: 22008
-SELECT outcome FROM idem_claim('k', ttl => '300000 years');
-:sqlstate
--- (the message's unit text differs between PostgreSQL majors: the code,
--- and the range from pg_settings)
+-------------------------------------------------------------------------------
+-- Intervals: ttl and lease must be positive (as intervals), and claim time
+-- + interval must be a timestamp.  A leased claim cannot run in try()'s
+-- subtransaction: 25001 there says that the lease passed its checks, and
+-- the leases accepted claim in autocommit after the matrix.  A month is
+-- 30 days and a year 365.25 days, as extract(epoch FROM ttl) counts them:
+-- '1 month -30 days' and '1 year -365 days -6 hours' are zero whatever the
+-- calendar says.
+-------------------------------------------------------------------------------
+SELECT i AS interval_value,
+       pg_temp.try_code(format('SELECT outcome FROM idem_claim(''k'', ttl => %L)', i)) AS ttl,
+       pg_temp.try_code(format('SELECT outcome FROM idem_claim(''k'', lease => %L)', i)) AS lease,
+       pg_temp.try_code(format('SELECT idem_extend_lease(''leased'', %L, fence => 3) > now()', i)) AS extend_lease,
+       pg_temp.try_code(format('SELECT length(idem_token_issue(''form'', %L))', i)) AS token_ttl,
+       pg_temp.try_code(format('SELECT idem_once(''m'', ttl => %L)', i)) AS once_ttl
+  FROM (VALUES ('0'), ('-1 second'), ('-1 day'), ('1 month -30 days'), ('1 month -31 days'),
+               ('1 day -86400 seconds'), ('1 year -365 days -6 hours'), ('1 microsecond'), ('1 second'), ('1000 years'),
+               ('300000 years'), ('178000000 years'), ('-178000000 years')) AS v(i);
+-- the texts of the errors of the matrix above, one call each
+\set VERBOSITY default
+SELECT bool_and(pg_temp.error_text(call)) AS all_refused FROM (VALUES
+ ($$SELECT outcome FROM idem_claim('k', ttl => '0')$$),
+ ($$SELECT outcome FROM idem_claim('k', ttl => '300000 years')$$),
+ ($$SELECT outcome FROM idem_claim('k', lease => '0')$$),
+ ($$SELECT outcome FROM idem_claim('k', lease => '1 second')$$),
+ ($$SELECT idem_extend_lease('leased', '300000 years', fence => 3)$$)
+) AS v(call);
+\set VERBOSITY terse
+SELECT i AS lease, outcome
+  FROM (VALUES ('1 microsecond'), ('1 second'), ('1000 years')) AS v(i),
+       LATERAL idem_claim('lease ' || i, lease => i::interval);
+SELECT key, locked_until - created_at AS lease FROM idempotent_record
+ WHERE key LIKE 'lease %' ORDER BY locked_until;
+DELETE FROM idempotent_record WHERE key LIKE 'lease %';
+SELECT pg_temp.try($$SELECT idem_purge(0)$$) AS batch_0,
+       pg_temp.try($$SELECT idem_purge(-1)$$) AS batch_negative,
+       pg_temp.try($$SELECT idem_purge(2147483647)$$) AS batch_max;
+-- settings refuse out-of-range values
+-- (default_ttl's message names its unit differently between majors)
 \set VERBOSITY sqlstate
 SET idempotency.default_ttl = 0;
+SET idempotency.default_ttl = -1;
 \set VERBOSITY default
-SELECT min_val, max_val, unit FROM pg_settings WHERE name = 'idempotency.default_ttl';
+SET idempotency.max_key_length = 0;
+SET idempotency.max_key_length = 1025;
+:unchanged;
 
--- nothing above changed the table
-SELECT key, status, result, fence FROM idempotent_record ORDER BY key;
+-------------------------------------------------------------------------------
+-- Wrong fences: IK003 for a live leased claim (stale, future, zero,
+-- negative, the largest bigint), and the claim keeps its state
+-------------------------------------------------------------------------------
+SELECT f AS fence,
+       pg_temp.try_code(format('SELECT idem_finish(''leased'', ''{"by": "wrong"}'', fence => %s)', f)) AS finish,
+       pg_temp.try_code(format('SELECT idem_fail(''leased'', ''{}'', retryable => true, fence => %s)', f)) AS fail_retryable,
+       pg_temp.try_code(format('SELECT idem_fail(''leased'', ''{}'', retryable => false, fence => %s)', f)) AS fail_final,
+       pg_temp.try_code(format('SELECT idem_mark_unknown(''leased'', ''{}'', fence => %s)', f)) AS mark_unknown,
+       pg_temp.try_code(format('SELECT idem_checkpoint(''leased'', ''p'', fence => %s)', f)) AS checkpoint,
+       pg_temp.try_code(format('SELECT idem_extend_lease(''leased'', ''1 day'', fence => %s) > now()', f)) AS extend_lease
+  FROM (VALUES ('1'), ('2'), ('3'), ('4'), ('0'), ('-1'), ('9223372036854775807'),
+               ('-9223372036854775808')) AS v(f);
+-- fences on records that are not in progress: an outcome is final (IK002
+-- with the right fence, IK003 with another); an unknown outcome accepts
+-- the right fence only
+SELECT k AS key, f AS fence,
+       pg_temp.try_code(format('SELECT idem_finish(%L, ''{"by": "wrong"}'', fence => %s)', k, f)) AS finish,
+       pg_temp.try_code(format('SELECT idem_fail(%L, ''{}'', fence => %s)', k, f)) AS fail,
+       pg_temp.try_code(format('SELECT idem_checkpoint(%L, ''p'', fence => %s)', k, f)) AS checkpoint
+  FROM (VALUES ('done', '1'), ('done', '2'), ('declined', '1'), ('declined', '0'),
+               ('unsure', '1'), ('unsure', '2'), ('absent', '1')) AS v(k, f);
+-- the texts of the errors of the two matrices above, one call each
+\set VERBOSITY default
+SELECT bool_and(pg_temp.error_text(call)) AS all_refused FROM (VALUES
+ ($$SELECT idem_finish('leased', '{}', fence => 2)$$),
+ ($$SELECT idem_finish('leased', '{}', fence => 4)$$),
+ ($$SELECT idem_finish('done', '{}', fence => 1)$$),
+ ($$SELECT idem_checkpoint('unsure', 'p', fence => 1)$$),
+ ($$SELECT idem_finish('absent', '{}', fence => 1)$$)
+) AS v(call);
+\set VERBOSITY terse
+:unchanged;
+
+DROP TABLE bim_orders;
 TRUNCATE idempotent_record;
+TRUNCATE idempotency_token;

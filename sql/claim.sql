@@ -27,7 +27,7 @@ SELECT outcome FROM idem_claim('ord-1', scope => 'acct_42',
 :sqlstate
 SELECT key, status, result, fence FROM idempotent_record ORDER BY scope, key;
 
--- the same key in another scope is another record (case_18)
+-- the same key in another scope is another record
 BEGIN;
 SELECT outcome, fence FROM idem_claim('ord-1', scope => 'acct_43');
 SELECT idem_finish('ord-1', '{"order_id": 2002}', scope => 'acct_43');

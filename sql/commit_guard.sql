@@ -41,8 +41,11 @@ PREPARE TRANSACTION 'idem_guard';
 COMMIT PREPARED 'idem_guard';
 SELECT outcome, result FROM idem_claim('g4');
 
--- case_04: a claim made in a rolled-back subtransaction is forgotten,
--- and COMMIT succeeds
+-- a claim rolled back with its transaction, or with a subtransaction, is
+-- forgotten: it leaves no record, and COMMIT succeeds
+BEGIN;
+SELECT outcome FROM idem_claim('g5');
+ROLLBACK;
 BEGIN;
 SAVEPOINT s;
 SELECT outcome FROM idem_claim('g5');

@@ -6,7 +6,6 @@
 -- privilege) must leave the work to the SQL.
 \set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'
 TRUNCATE idempotent_record;
-SHOW idempotency.direct_access;
 
 -- Every claim answer, replay and purge count of one scenario, as lines.
 -- Each run starts from an empty table.  (Its leased claims commit on their

@@ -1,4 +1,5 @@
--- idem_fingerprint: SHA-256 of a canonical form of a jsonb body (case_14)
+-- idem_fingerprint: SHA-256 of a canonical form of a jsonb body, and the
+-- check a claim makes with it
 \set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'
 
 -- 32 bytes of SHA-256, stable across releases: the fingerprint is stored
@@ -51,9 +52,19 @@ SELECT a, b, same AS expected, (idem_fingerprint(a) = idem_fingerprint(b)) AS go
  WHERE (idem_fingerprint(a) = idem_fingerprint(b)) IS DISTINCT FROM same;
 SELECT count(*) AS pairs_checked FROM fp_pairs;
 
--- immutable, so it can back an index or a generated column
-SELECT provolatile, proisstrict FROM pg_proc WHERE proname = 'idem_fingerprint';
-
--- NULL is an error, not a silent NULL fingerprint that skips the check
-SELECT idem_fingerprint(NULL);
-:sqlstate
+-- a claim compares the fingerprint on every path a duplicate can take: a
+-- finished record, a live leased claim, an unknown outcome (an uncommitted
+-- claim of another transaction: test/specs); a claim without one skips the
+-- check
+\i sql/include/try.sql
+TRUNCATE idempotent_record;
+INSERT INTO idempotent_record (key, status, fingerprint, result, locked_until, created_at, updated_at, expires_at)
+VALUES ('fp-finished', 'succeeded', idem_fingerprint('{"v": "A"}'), '{"r": "A"}', NULL, now(), now(), now() + interval '1 day'),
+       ('fp-leased', 'in_progress', idem_fingerprint('{"v": "A"}'), NULL, now() + interval '1 hour', now(), now(), now() + interval '1 day'),
+       ('fp-unknown', 'unknown', idem_fingerprint('{"v": "A"}'), NULL, NULL, now(), now(), now() + interval '1 day');
+SELECT key,
+       pg_temp.try(format($$SELECT outcome FROM idem_claim(%L, fingerprint => idem_fingerprint('{"v": "A"}'))$$, key)) AS same_body,
+       pg_temp.try(format($$SELECT outcome FROM idem_claim(%L, fingerprint => idem_fingerprint('{"v": "B"}'))$$, key)) AS other_body,
+       pg_temp.try(format($$SELECT outcome FROM idem_claim(%L)$$, key)) AS no_fingerprint
+  FROM idempotent_record ORDER BY key;
+TRUNCATE idempotent_record;

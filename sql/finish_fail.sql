@@ -2,8 +2,7 @@
 \set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'
 TRUNCATE idempotent_record;
 
--- case_09 / case_19: a final failure is replayed exactly, byte for byte,
--- with status failed
+-- a final failure is replayed exactly, byte for byte, with status failed
 BEGIN;
 SELECT outcome FROM idem_claim('pay-final');
 SELECT idem_fail('pay-final', '{"code": "card_declined", "amount": 10.50, "tags": ["a", "b"]}', retryable => false);
@@ -88,7 +87,8 @@ SELECT idem_finish('vanished', '{}');
 :sqlstate
 ROLLBACK;
 
--- case_05: no lock outlives a call; only the row is written
+-- no advisory lock is taken, so none outlives a call; only the row is
+-- written
 BEGIN;
 SELECT outcome FROM idem_claim('locks');
 SELECT count(*) AS advisory_locks FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid();

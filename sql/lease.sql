@@ -16,11 +16,11 @@ SELECT status, fence, locked_until - created_at AS lease, expires_at - created_a
 SELECT outcome, status, fence, retry_after = interval '1 second' AS retry_hint
   FROM idem_claim('pay-1', scope => 'acct');
 SELECT outcome, status FROM idem_claim('pay-1', scope => 'acct', wait => false);
--- ... and a different request is refused, the record untouched (case_11)
+-- ... and a different request is refused, the record untouched
 SELECT outcome FROM idem_claim('pay-1', scope => 'acct', fingerprint => idem_fingerprint('{"amount": 999}'));
 :sqlstate
 
--- only the holder of the fence may write (case_11): no fence, a made-up one
+-- only the holder of the fence may write: no fence, a made-up one
 SELECT idem_fail('pay-1', '{"e": "not mine"}', scope => 'acct');
 :sqlstate
 SELECT idem_fail('pay-1', '{"e": "not mine"}', scope => 'acct', fence => 7);
@@ -29,7 +29,7 @@ SELECT idem_finish('pay-1', '{"e": "not mine"}', scope => 'acct', fence => 0);
 :sqlstate
 SELECT status, fence, result FROM idempotent_record WHERE key = 'pay-1';
 
--- case_05: a leased claim is finished from another connection (poolers
+-- a leased claim is finished from another connection (poolers
 -- hand out another backend) with its fence
 \c
 SELECT idem_checkpoint('pay-1', 'charged', scope => 'acct', fence => 1);
@@ -40,9 +40,9 @@ SELECT locked_until IS NULL AS lease_dropped FROM idempotent_record WHERE key = 
 SELECT idem_finish('pay-1', '{"charge": "ch_2"}', scope => 'acct', fence => 1);
 :sqlstate
 
--- takeover after the lease ends: fence + 1, recovery point kept (case_07,
--- case_10); the stale owner can neither finish, fail, checkpoint nor
--- extend, and changes nothing
+-- takeover after the lease ends: fence + 1, recovery point kept; the
+-- stale owner can neither finish, fail, checkpoint nor extend, and changes
+-- nothing
 SELECT outcome, fence FROM idem_claim('pay-2', lease => '1 minute');
 SELECT idem_checkpoint('pay-2', 'authorized', fence => 1);
 UPDATE idempotent_record SET locked_until = now() - interval '1 second' WHERE key = 'pay-2';
@@ -80,12 +80,6 @@ SELECT idem_extend_lease('pay-3', '2 hours', fence => 1) - clock_timestamp() > i
 SELECT locked_until - updated_at AS lease FROM idempotent_record WHERE key = 'pay-3';
 SELECT outcome, status FROM idem_claim('pay-3');
 SELECT locked_until - clock_timestamp() > interval '119 minutes' AS lease_left FROM idempotent_record WHERE key = 'pay-3';
-SELECT idem_extend_lease('pay-3', '0', fence => 1);
-:sqlstate
-SELECT idem_extend_lease('pay-3', NULL, fence => 1);
-:sqlstate
-SELECT idem_extend_lease('pay-3', '1 hour');
-:sqlstate
 -- a retryable failure of a leased claim releases the key: the next claim
 -- takes it over, and the released fence is refused
 SELECT idem_fail('pay-3', '{"e": "provider down"}', fence => 1);
@@ -114,7 +108,7 @@ SELECT idem_finish('tx-1', '{"done": true}', fence => 1);
 COMMIT;
 SELECT outcome, result, recovery_point FROM idem_claim('tx-1');
 
--- lease and retention are independent (case_08)
+-- lease and retention are independent
 SELECT outcome FROM idem_claim('k8', lease => '1 hour', ttl => '1 day');
 SELECT outcome, status, retry_after = interval '1 second' AS retry_hint FROM idem_claim('k8');
 SELECT outcome FROM idem_claim('k8b', lease => '2 seconds', ttl => '1 day');
@@ -127,15 +121,6 @@ SELECT expires_at - updated_at AS ttl FROM idempotent_record WHERE key = 'k8b';
 SELECT outcome FROM idem_claim('k8c', lease => '1 hour', ttl => '1 second');
 UPDATE idempotent_record SET expires_at = now() - interval '1 minute' WHERE key = 'k8c';
 SELECT outcome, status, fence FROM idem_claim('k8c');
-
--- bad leases: 22023, nothing written
-SELECT outcome FROM idem_claim('bad', lease => '0');
-:sqlstate
-SELECT outcome FROM idem_claim('bad', lease => '-5 seconds');
-:sqlstate
-SELECT outcome FROM idem_claim('bad', lease => '1 month -30 days');
-:sqlstate
-SELECT count(*) AS records FROM idempotent_record WHERE key = 'bad';
 
 -- unknown outcome: claims answer in_progress, it never expires, and a
 -- reconciler records the outcome with the fence
@@ -180,10 +165,6 @@ SELECT idem_purge(4) AS purged;
 SELECT idem_purge(4) AS purged;
 SELECT idem_purge() AS purged;
 SELECT key FROM idempotent_record ORDER BY key;
-SELECT idem_purge(0);
-:sqlstate
-SELECT idem_purge(NULL);
-:sqlstate
 INSERT INTO idempotent_record (key, status, fence, created_at, updated_at, expires_at)
 SELECT 'old-' || i, 'failed', 1, now(), now(), now() - interval '1 hour'
   FROM generate_series(1, 25) i;
@@ -192,12 +173,6 @@ SELECT key FROM idempotent_record ORDER BY key;
 -- its batches commit with synchronous_commit off; the session keeps its own
 SHOW synchronous_commit;
 
--- purge is administrative: revoked from PUBLIC
-CREATE ROLE regress_idem_app;
-SELECT has_function_privilege('regress_idem_app', 'idem_purge(integer)', 'EXECUTE') AS app_may_purge,
-       has_function_privilege('regress_idem_app', 'idem_purge_all(integer)', 'EXECUTE') AS app_may_purge_all,
-       has_function_privilege('regress_idem_app', 'idem_claim(text, text, bytea, interval, boolean, interval, interval)', 'EXECUTE') AS app_may_claim;
-DROP ROLE regress_idem_app;
 
 TRUNCATE idempotent_record;
 

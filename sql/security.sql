@@ -1,32 +1,13 @@
--- Security: the functions run with the caller's privileges and
--- row level security; none is SECURITY DEFINER.  search_path attacks are
--- in search_path.sql (records) and tokens.sql (tokens).
+-- Security: the functions run with the caller's privileges and row level
+-- security (none is SECURITY DEFINER, and the views are security_invoker:
+-- sql/surface.sql).  search_path attacks are in search_path.sql (records) and
+-- tokens.sql (tokens).
 \set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'
 -- errors without CONTEXT: the internal statements are not the contract
 \set VERBOSITY terse
 -- the table's content, to show that refused calls changed nothing
 \set snapshot 'SELECT count(*) AS records, md5(string_agg(format(''%s|%s|%s|%s|%s|%s|%s|%s|%s'', scope, key, status, fingerprint, result, recovery_point, fence, locked_until, expires_at), '','' ORDER BY scope, key)) AS content FROM idempotent_record'
 TRUNCATE idempotent_record;
-
--------------------------------------------------------------------------------
--- No extension function is SECURITY DEFINER (README "Reference")
--------------------------------------------------------------------------------
-SELECT count(*) > 10 AS has_functions,
-       count(*) FILTER (WHERE p.prosecdef) AS security_definer,
-       count(*) FILTER (WHERE p.proisstrict) AS strict
-  FROM pg_proc p
-  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
-                  AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
-  JOIN pg_extension e ON e.oid = d.refobjid
- WHERE e.extname = 'idempotency';
--- the views run with the caller's privileges too, except the counters,
--- which show aggregates only
-SELECT c.relname, coalesce(c.reloptions, '{}') AS options
-  FROM pg_class c
-  JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid
-                  AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
- WHERE c.relkind = 'v'
- ORDER BY c.relname;
 
 -------------------------------------------------------------------------------
 -- Row level security on scope (the policy of docs/operations.md): one
@@ -104,7 +85,7 @@ DELETE FROM idempotent_record WHERE scope = 'tenant_a';
 INSERT INTO idempotent_record (scope, key, status, created_at, updated_at, expires_at)
 VALUES ('tenant_a', 'planted', 'succeeded', now(), now(), now() + interval '1 day');
 :sqlstate
--- the same key in B's own scope is B's own record (case_18)
+-- the same key in B's own scope is B's own record
 BEGIN;
 SELECT outcome, fence FROM idem_claim('ord-1', scope => 'tenant_b',
                                       fingerprint => idem_fingerprint('{"sku": 2}'));

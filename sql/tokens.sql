@@ -1,7 +1,7 @@
 -- Single-use tokens (README "idem_token_issue", "idem_token_consume"):
 -- format, true exactly once, scope, expiry, transactions, errors,
--- privileges and search_path.  The concurrent burst is the isolation spec
--- case_21_token_burst.
+-- privileges and search_path.  A concurrent burst of consumers is an
+-- isolation spec (test/specs).
 \set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'
 TRUNCATE idempotency_token;
 

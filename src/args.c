@@ -6,7 +6,7 @@
  *	  timestamp range).  Every check runs before anything is written, so
  *	  bad input changes nothing.
  */
-#include "idempotency.h"
+#include "postgres.h"
 
 #include "access/xact.h"
 #include "common/int128.h"
@@ -14,10 +14,13 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "args.h"
+#include "idempotency.h"
+
 /* Raise 22004 when argument argno of fn is NULL */
 void
-require_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
-			const char *fn)
+idem_require_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
+				 const char *fn)
 {
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
@@ -31,7 +34,7 @@ require_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
  * answer never depends on the data.
  */
 void
-require_read_write(const char *fn)
+idem_require_read_write(const char *fn)
 {
 	if (XactReadOnly)
 		ereport(ERROR,
@@ -41,19 +44,24 @@ require_read_write(const char *fn)
 				errhint("Call it on the primary in a read-write transaction; idem_lookup reads a record anywhere."));
 }
 
-/* 22023 when a key or scope is longer than idempotency.max_key_length */
+/*
+ * 22023 when a key (is_scope false) or a scope is longer than
+ * idempotency.max_key_length characters
+ */
 void
-check_length(const char *what, const char *value)
+idem_check_length(const char *value, bool is_scope)
 {
 	int			len = pg_mbstrlen(value);
 
 	if (len > idem_max_key_length)
 		ereport(ERROR,
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("idempotency %s is too long", what),
-				errdetail("The %s has %d characters; the limit is %d.",
-						  what, len, idem_max_key_length),
-				errhint("Send a shorter %s (a UUID is 36 characters), or raise idempotency.max_key_length.", what));
+				is_scope ?
+				errmsg("idempotency scope is too long") :
+				errmsg("idempotency key is too long"),
+				errdetail("It has %d characters; the limit is %d.",
+						  len, idem_max_key_length),
+				errhint("Send a shorter value (a UUID is 36 characters), or raise idempotency.max_key_length."));
 }
 
 /*
@@ -61,13 +69,13 @@ check_length(const char *what, const char *value)
  * NULL → 22004; empty key, over-long key or scope → 22023.
  */
 IdemKey
-get_idem_key(FunctionCallInfo fcinfo, int key_arg, int scope_arg,
+idem_get_key(FunctionCallInfo fcinfo, int key_arg, int scope_arg,
 			 const char *fn)
 {
 	IdemKey		id;
 
-	require_arg(fcinfo, key_arg, "key", fn);
-	require_arg(fcinfo, scope_arg, "scope", fn);
+	idem_require_arg(fcinfo, key_arg, "key", fn);
+	idem_require_arg(fcinfo, scope_arg, "scope", fn);
 	id.key = text_to_cstring(PG_GETARG_TEXT_PP(key_arg));
 	id.scope = text_to_cstring(PG_GETARG_TEXT_PP(scope_arg));
 
@@ -76,8 +84,8 @@ get_idem_key(FunctionCallInfo fcinfo, int key_arg, int scope_arg,
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				errmsg("idempotency key must not be empty"),
 				errhint("Send a unique key per logical request, for example a UUID."));
-	check_length("key", id.key);
-	check_length("scope", id.scope);
+	idem_check_length(id.key, false);
+	idem_check_length(id.scope, true);
 	return id;
 }
 
@@ -86,11 +94,11 @@ get_idem_key(FunctionCallInfo fcinfo, int key_arg, int scope_arg,
  * or + idempotency.default_ttl when that argument is NULL.
  */
 TimestampTz
-ttl_end(FunctionCallInfo fcinfo, int argno, TimestampTz now)
+idem_ttl_end(FunctionCallInfo fcinfo, int argno, TimestampTz now)
 {
 	if (PG_ARGISNULL(argno))
 		return TimestampTzPlusMilliseconds(now, (int64) idem_default_ttl * 1000);
-	return interval_end(fcinfo, argno, "ttl", now);
+	return idem_interval_end(fcinfo, argno, "ttl", now);
 }
 
 /*
@@ -102,8 +110,8 @@ ttl_end(FunctionCallInfo fcinfo, int argno, TimestampTz now)
  * overflow: see record_kept_until.)
  */
 TimestampTz
-interval_end(FunctionCallInfo fcinfo, int argno, const char *argname,
-			 TimestampTz now)
+idem_interval_end(FunctionCallInfo fcinfo, int argno, const char *argname,
+				  TimestampTz now)
 {
 	Interval   *span = PG_GETARG_INTERVAL_P(argno);
 	INT128		usecs = int64_to_int128(span->time);

@@ -5,7 +5,7 @@
  *	  the preload order the commit guard depends on, and idem_shard_probe,
  *	  the look of wait => false run on the node that holds a record's shard.
  */
-#include "idempotency.h"
+#include "postgres.h"
 
 #include "access/genam.h"
 #include "access/stratnum.h"
@@ -21,6 +21,12 @@
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
+
+#include "args.h"
+#include "citus.h"
+#include "idempotency.h"
+#include "record_direct.h"
+#include "saved_plans.h"
 
 /*
  * Is relid a Citus table (distributed, reference, or otherwise managed by
@@ -126,9 +132,9 @@ idem_shard_probe(PG_FUNCTION_ARGS)
 	int			dims[1] = {1};
 	int			lbs[1] = {1};
 
-	require_arg(fcinfo, 0, "shard", "idem_shard_probe");
-	require_arg(fcinfo, 1, "scope", "idem_shard_probe");
-	require_arg(fcinfo, 2, "key", "idem_shard_probe");
+	idem_require_arg(fcinfo, 0, "shard", "idem_shard_probe");
+	idem_require_arg(fcinfo, 1, "scope", "idem_shard_probe");
+	idem_require_arg(fcinfo, 2, "key", "idem_shard_probe");
 	shard = PG_GETARG_INT64(0);
 	id.scope = text_to_cstring(PG_GETARG_TEXT_PP(1));
 	id.key = text_to_cstring(PG_GETARG_TEXT_PP(2));
@@ -147,7 +153,7 @@ idem_shard_probe(PG_FUNCTION_ARGS)
 	if (pg_class_aclcheck(relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
 		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, name);
 
-	switch (direct_probe_uncommitted(relid, &id, &fingerprint, CurrentMemoryContext))
+	switch (idem_direct_probe_uncommitted(relid, &id, &fingerprint, CurrentMemoryContext))
 	{
 		case DIRECT_NOT_USED:
 			PG_RETURN_NULL();
@@ -181,7 +187,7 @@ idem_purge_by_scope(SavedPlans *set, int scopes_plan, int scope_plan,
 
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = Int32GetDatum(batch_size);
-	nscopes = saved_plan_exec(set, scopes_plan, namespace, values, NULL, SPI_OK_SELECT);
+	nscopes = idem_saved_plan_exec(set, scopes_plan, namespace, values, NULL, SPI_OK_SELECT);
 	scopes = palloc(sizeof(Datum) * Max(nscopes, 1));
 	for (uint64 i = 0; i < nscopes; i++)
 	{
@@ -194,7 +200,7 @@ idem_purge_by_scope(SavedPlans *set, int scopes_plan, int scope_plan,
 	{
 		values[1] = Int32GetDatum(batch_size - (int32) purged);
 		values[2] = scopes[i];
-		purged += saved_plan_exec(set, scope_plan, namespace, values, NULL, SPI_OK_DELETE);
+		purged += idem_saved_plan_exec(set, scope_plan, namespace, values, NULL, SPI_OK_DELETE);
 	}
 	return purged;
 }

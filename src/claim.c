@@ -8,7 +8,7 @@
  * Concurrency is left to the primary key, as with INSERT ... ON CONFLICT: a
  * duplicate waits for an uncommitted claim and then replays or claims.
  */
-#include "idempotency.h"
+#include "postgres.h"
 
 #include "access/htup_details.h"
 #include "access/xact.h"
@@ -17,6 +17,13 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
+
+#include "args.h"
+#include "idempotency.h"
+#include "outcome_wait.h"
+#include "record_store.h"
+#include "stats.h"
+#include "xact_claims.h"
 
 /* Argument numbers of idem_claim */
 enum
@@ -41,7 +48,7 @@ check_fingerprint(const IdemKey *id, bytea *stored, bytea *given)
 					  id->key, id->scope,
 					  DatumGetCString(DirectFunctionCall1(byteaout, PointerGetDatum(stored))),
 					  DatumGetCString(DirectFunctionCall1(byteaout, PointerGetDatum(given)))),
-			errhint("Use a new idempotency key for a new request (HTTP 422)."));
+			errhint("Use a new idempotency key for a new request."));
 }
 
 /*
@@ -54,10 +61,10 @@ claim_times(FunctionCallInfo fcinfo, IdemClaimSpec *t)
 {
 	t->status = IDEM_IN_PROGRESS;
 	t->now = GetCurrentTimestamp();
-	t->expires_at = ttl_end(fcinfo, CLAIM_TTL, t->now);
+	t->expires_at = idem_ttl_end(fcinfo, CLAIM_TTL, t->now);
 	t->leased = !PG_ARGISNULL(CLAIM_LEASE);
 	t->locked_until = t->leased ?
-		interval_end(fcinfo, CLAIM_LEASE, "lease", t->now) : 0;
+		idem_interval_end(fcinfo, CLAIM_LEASE, "lease", t->now) : 0;
 }
 
 /*
@@ -141,7 +148,7 @@ answer_claimed(ClaimAnswer *a, const IdemKey *id, const IdemClaimSpec *t,
 	a->retry_after = NULL;
 	a->awaits_outcome = false;
 	if (!t->leased)
-		claims_add(id, fence);
+		idem_claims_add(id, fence);
 	return true;
 }
 
@@ -169,7 +176,7 @@ busy_elsewhere(const IdemKey *id, bytea *fingerprint)
 {
 	bytea	   *other_fingerprint;
 
-	if (!store_probe_uncommitted(id, &other_fingerprint))
+	if (!idem_store_probe_uncommitted(id, &other_fingerprint))
 		return false;
 	check_fingerprint(id, other_fingerprint, fingerprint);
 	return true;
@@ -198,26 +205,11 @@ write_lost(const IdemKey *id, bytea *fingerprint, ClaimLoop *loop,
 
 	if (loop->wait)
 		idem_count(IDEM_COUNT_WAITS);	/* README "idempotency_stats" */
-	if (loop->wait || !store_write_would_wait() ||
-		!store_write_blocked_by_key(id, &other_fingerprint))
+	if (loop->wait || !idem_store_write_would_wait() ||
+		!idem_store_write_blocked_by_key(id, &other_fingerprint))
 		return false;
 	check_fingerprint(id, other_fingerprint, fingerprint);
 	return answer_in_progress(a);
-}
-
-/*
- * An insert found a record that no read can see: row level security hides
- * it from this role but lets it insert.  Retrying would spin.
- */
-void
-idem_hidden_record_error(const IdemKey *id)
-{
-	ereport(ERROR,
-			errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			errmsg("idempotency record exists but is not visible to this role"),
-			errdetail("Key \"%s\" in scope \"%s\" has a record that row level security hides from the current role.",
-					  id->key, id->scope),
-			errhint("A policy on idempotent_record that hides a scope's records from a role must also refuse that role's inserts into the scope (WITH CHECK)."));
 }
 
 /*
@@ -239,12 +231,12 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 	if (!loop->wait && busy_elsewhere(id, fingerprint))
 		return answer_in_progress(a);
 
-	if (!store_read(id, &rec))
+	if (!idem_store_read(id, &rec))
 	{
-		if (store_insert(id, fingerprint, &t))
+		if (idem_store_insert(id, fingerprint, &t))
 			return answer_claimed(a, id, &t, 1, NULL, NULL);
-		if (!store_write_would_wait() && ++loop->hidden >= 3)
-			idem_hidden_record_error(id);
+		if (!idem_store_write_would_wait() && ++loop->hidden >= 3)
+			idem_store_hidden_record_error(id);
 		return write_lost(id, fingerprint, loop, a);
 	}
 
@@ -252,7 +244,7 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 	 * Our own open claim, made earlier in this transaction: the key is
 	 * already ours, even if its ttl has run out meanwhile.
 	 */
-	mine = claims_find(id);
+	mine = idem_claims_find(id);
 	if (mine != NULL && mine->finished_in == InvalidSubTransactionId)
 	{
 		check_fingerprint(id, rec.fingerprint, fingerprint);
@@ -262,7 +254,7 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 	/* an expired record counts as absent: no fingerprint check */
 	if (record_expired(&rec, t.now))
 	{
-		if (!store_reclaim_expired(id, rec.fence, fingerprint, &t, &new_fence))
+		if (!idem_store_reclaim_expired(id, rec.fence, fingerprint, &t, &new_fence))
 			return write_lost(id, fingerprint, loop, a);
 		return answer_claimed(a, id, &t, new_fence, NULL, NULL);
 	}
@@ -298,7 +290,7 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 	}
 
 	/* committed in progress without a live lease: the owner is gone */
-	if (!store_take_over(id, rec.fence, fingerprint, &t, &new_fence))
+	if (!idem_store_take_over(id, rec.fence, fingerprint, &t, &new_fence))
 		return write_lost(id, fingerprint, loop, a);
 	idem_count(IDEM_COUNT_TAKEOVERS);
 	return answer_claimed(a, id, &t, new_fence, rec.recovery_point,
@@ -344,10 +336,10 @@ static void
 claim_answer(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 			 ClaimLoop *loop, ClaimAnswer *a)
 {
-	store_begin(fcinfo->flinfo->fn_oid, !loop->wait, id->scope);
+	idem_store_begin(fcinfo->flinfo->fn_oid, !loop->wait, id->scope);
 	while (!claim_attempt(fcinfo, id, fingerprint, loop, a))
 		CHECK_FOR_INTERRUPTS();
-	store_end();
+	idem_store_end();
 }
 
 /*
@@ -404,7 +396,7 @@ claim_answer_or_sleep(FunctionCallInfo fcinfo, const IdemKey *id,
 	}
 	PG_CATCH();
 	{
-		ReThrowError(store_subxact_error(context, owner));
+		ReThrowError(idem_store_subxact_error(context, owner));
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(context);
@@ -427,7 +419,7 @@ claim_answer_or_sleep(FunctionCallInfo fcinfo, const IdemKey *id,
  *	  version 1.1; NULL: none) lets a claim of a key held by a live lease or
  *	  awaiting reconciliation wait that long for the outcome
  *	  (outcome_wait.c).  ttl, lease and wait_for_outcome are fixed
- *	  durations (interval_end).  Errors: IK001 fingerprint mismatch, 25001
+ *	  durations (idem_interval_end).  Errors: IK001 fingerprint mismatch, 25001
  *	  leased claim inside a transaction block, subtransaction or pipeline,
  *	  or wait_for_outcome in a transaction that has written or locked rows,
  *	  0A000 wait_for_outcome under a transaction snapshot, 22004 NULL key,
@@ -441,7 +433,7 @@ PG_FUNCTION_INFO_V1(idem_claim);
 Datum
 idem_claim(PG_FUNCTION_ARGS)
 {
-	IdemKey		id = get_idem_key(fcinfo, CLAIM_KEY, CLAIM_SCOPE, "idem_claim");
+	IdemKey		id = idem_get_key(fcinfo, CLAIM_KEY, CLAIM_SCOPE, "idem_claim");
 	bytea	   *fingerprint = PG_ARGISNULL(CLAIM_FINGERPRINT) ? NULL :
 		PG_GETARG_BYTEA_PP(CLAIM_FINGERPRINT);
 	ClaimLoop	loop = {0};
@@ -454,15 +446,15 @@ idem_claim(PG_FUNCTION_ARGS)
 	Datum		values[6];
 	bool		nulls[6] = {false};
 
-	require_arg(fcinfo, CLAIM_WAIT, "wait", "idem_claim");
-	require_read_write("idem_claim");
+	idem_require_arg(fcinfo, CLAIM_WAIT, "wait", "idem_claim");
+	idem_require_read_write("idem_claim");
 	loop.wait = PG_GETARG_BOOL(CLAIM_WAIT);
 	claim_times(fcinfo, &t);	/* check ttl and lease before anything */
 	if (waits)
 	{
-		wait_end = interval_end(fcinfo, CLAIM_WAIT_FOR_OUTCOME,
-								"wait_for_outcome", t.now);
-		outcome_wait_require();
+		wait_end = idem_interval_end(fcinfo, CLAIM_WAIT_FOR_OUTCOME,
+									 "wait_for_outcome", t.now);
+		idem_outcome_wait_require();
 		require_waitable_transaction(&id);
 	}
 	if (t.leased)
@@ -475,12 +467,12 @@ idem_claim(PG_FUNCTION_ARGS)
 		/* woken by a commit of an outcome, at the lease's end, or the bound */
 		for (;;)
 		{
-			uint64		generation = outcome_wait_generation(&id);
+			uint64		generation = idem_outcome_wait_generation(&id);
 
 			if (!claim_answer_or_sleep(fcinfo, &id, fingerprint, &loop, &a,
 									   wait_end))
 				break;
-			outcome_wait_sleep(&id, generation, Min(wait_end, a.lease_end));
+			idem_outcome_wait_sleep(&id, generation, Min(wait_end, a.lease_end));
 		}
 	}
 	idem_count(a.outcome == OUTCOME_CLAIMED ? IDEM_COUNT_CLAIMS :
@@ -520,14 +512,14 @@ PG_FUNCTION_INFO_V1(idem_lookup);
 Datum
 idem_lookup(PG_FUNCTION_ARGS)
 {
-	IdemKey		id = get_idem_key(fcinfo, 0, 1, "idem_lookup");
+	IdemKey		id = idem_get_key(fcinfo, 0, 1, "idem_lookup");
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	HeapTuple	tuple;
 
 	InitMaterializedSRF(fcinfo, 0);
-	store_begin(fcinfo->flinfo->fn_oid, false, id.scope);
-	tuple = store_lookup(&id, GetCurrentTimestamp());
-	store_end();
+	idem_store_begin(fcinfo->flinfo->fn_oid, false, id.scope);
+	tuple = idem_store_lookup(&id, GetCurrentTimestamp());
+	idem_store_end();
 	if (tuple != NULL)
 		tuplestore_puttuple(rsinfo->setResult, tuple);
 	return (Datum) 0;
@@ -550,10 +542,10 @@ idem_pending_at(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 
-	require_arg(fcinfo, 0, "at", "idem_pending_at");
+	idem_require_arg(fcinfo, 0, "at", "idem_pending_at");
 	InitMaterializedSRF(fcinfo, 0);
-	store_begin(fcinfo->flinfo->fn_oid, false, NULL);
-	store_pending(PG_GETARG_TIMESTAMPTZ(0), rsinfo->setResult);
-	store_end();
+	idem_store_begin(fcinfo->flinfo->fn_oid, false, NULL);
+	idem_store_pending(PG_GETARG_TIMESTAMPTZ(0), rsinfo->setResult);
+	idem_store_end();
 	return (Datum) 0;
 }

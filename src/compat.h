@@ -8,8 +8,6 @@
 #ifndef IDEMPOTENCY_COMPAT_H
 #define IDEMPOTENCY_COMPAT_H
 
-#include "postgres.h"
-
 #include "access/genam.h"
 #include "access/tableam.h"
 #include "catalog/pg_namespace_d.h"

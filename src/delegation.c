@@ -22,11 +22,13 @@
  * the cache is dropped when a statement changes the table (its trigger
  * sends a relcache invalidation, which reaches every backend at commit).
  */
-#include "idempotency.h"
+#include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type_d.h"
 #include "commands/trigger.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -37,7 +39,10 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
-#include "catalog/pg_class.h"
+
+#include "args.h"
+#include "compat.h"
+#include "delegation.h"
 
 typedef struct ScopeGrant
 {
@@ -158,7 +163,7 @@ pattern_matches(const char *pattern, const char *scope)
 
 /* Does a grant to role, or to a role whose privileges it has, match scope? */
 bool
-scope_permitted(Oid role, Oid namespace, const char *scope)
+idem_scope_is_permitted(Oid role, Oid namespace, const char *scope)
 {
 	ListCell   *lc;
 
@@ -180,10 +185,10 @@ scope_permitted(Oid role, Oid namespace, const char *scope)
  * statement checked against its privileges); else the caller's right to
  * scope is checked (42501, the same for used and unused keys; scope NULL:
  * the function is gated by EXECUTE or filters by scope itself) and the
- * user id becomes the table's owner until actor_end.
+ * user id becomes the table's owner until idem_actor_end.
  */
 void
-actor_begin(IdemActor *actor, Oid relid, Oid namespace, const char *scope)
+idem_actor_begin(IdemActor *actor, Oid relid, Oid namespace, const char *scope)
 {
 	actor->caller = GetUserId();
 	actor->delegated = false;
@@ -191,13 +196,14 @@ actor_begin(IdemActor *actor, Oid relid, Oid namespace, const char *scope)
 						 ACL_SELECT | ACL_INSERT | ACL_UPDATE | ACL_DELETE | ACL_TRUNCATE,
 						 ACLMASK_ANY) != 0)
 		return;
-	if (scope != NULL && !scope_permitted(actor->caller, namespace, scope))
+	if (scope != NULL && !idem_scope_is_permitted(actor->caller, namespace, scope))
 		ereport(ERROR,
 				errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				errmsg("permission denied for idempotency scope \"%s\"", scope),
 				errdetail("Role \"%s\" has neither privileges on table %s nor a grant in idem_scope_grant that matches the scope.",
 						  GetUserNameFromId(actor->caller, false), get_rel_name(relid)),
 				errhint("Insert a row for the role, or a role it is a member of, into idem_scope_grant."));
+
 	/*
 	 * On a Citus table the switch must happen on the node that holds the
 	 * shard, where Citus runs a function delegated with
@@ -212,7 +218,7 @@ actor_begin(IdemActor *actor, Oid relid, Oid namespace, const char *scope)
 
 /* End it: back to the caller's user id (an error does that by abort) */
 void
-actor_end(IdemActor *actor)
+idem_actor_end(IdemActor *actor)
 {
 	if (actor->delegated)
 		SetUserIdAndSecContext(actor->save_user, actor->save_sec);
@@ -229,9 +235,9 @@ PG_FUNCTION_INFO_V1(idem_scope_permitted);
 Datum
 idem_scope_permitted(PG_FUNCTION_ARGS)
 {
-	require_arg(fcinfo, 0, "scope", "idem_scope_permitted");
-	PG_RETURN_BOOL(scope_permitted(GetUserId(), get_func_namespace(fcinfo->flinfo->fn_oid),
-								   text_to_cstring(PG_GETARG_TEXT_PP(0))));
+	idem_require_arg(fcinfo, 0, "scope", "idem_scope_permitted");
+	PG_RETURN_BOOL(idem_scope_is_permitted(GetUserId(), get_func_namespace(fcinfo->flinfo->fn_oid),
+										   text_to_cstring(PG_GETARG_TEXT_PP(0))));
 }
 
 /*
@@ -250,9 +256,10 @@ idem_scope_grants_changed(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				errmsg("idem_scope_grants_changed must be called as a trigger"));
+
 	/*
-	 * the table of the extension's schema: on Citus the trigger also fires
-	 * on the table's placements (a reference table), named otherwise
+	 * the table of the extension's schema: on Citus the trigger also fires on
+	 * the table's placements (a reference table), named otherwise
 	 */
 	CacheInvalidateRelcacheByRelid(get_relname_relid("idem_scope_grant",
 													 RelationGetNamespace(trigdata->tg_relation)));

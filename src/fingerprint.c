@@ -8,14 +8,16 @@
  * white space and duplicate keys (last wins); numbers are written in
  * numeric's normalized form, so 1, 1.0, 1e0 and 1.00 are one number.
  */
-#include "idempotency.h"
+#include "postgres.h"
 
 #include "common/cryptohash.h"
 #include "common/sha2.h"
+#include "utils/jsonb.h"
 #include "fmgr.h"
 #include "port/pg_bswap.h"
 #include "utils/builtins.h"
 #include "utils/numeric.h"
+
 
 static void
 hash_bytes(pg_cryptohash_ctx *ctx, const void *data, size_t len)

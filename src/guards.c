@@ -11,7 +11,7 @@
  * rows moving between partitions.  idem_transition_guard refuses, when it
  * first fires, a declaration that would see less than every write.
  */
-#include "idempotency.h"
+#include "postgres.h"
 
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -36,6 +36,8 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
+
+#include "idempotency.h"
 
 /* The TriggerData of a call; 39P01 when not called as a row trigger */
 static TriggerData *
@@ -469,7 +471,7 @@ check_edge(TriggerData *trigdata, const TransitionSpec *spec,
 					  get_rel_name(spec->declared_on),
 					  state_for_message(from), state_for_message(to),
 					  trigdata->tg_trigger->tgname, spec->edges),
-			errhint("Move the row along an allowed transition (HTTP 409); an update that keeps the state is always allowed."));
+			errhint("Move the row along an allowed transition; an update that keeps the state is always allowed."));
 }
 
 /* A new row: IK005 unless its state is listed as initial */
@@ -711,7 +713,7 @@ idem_version_guard(PG_FUNCTION_ARGS)
 						  column, RelationGetRelationName(trigdata->tg_relation),
 						  stored_null ? "NULL" : psprintf(INT64_FORMAT, stored),
 						  given_null ? "NULL" : psprintf(INT64_FORMAT, given)),
-				errhint("Read the row again and retry with its current version (HTTP 409)."));
+				errhint("Read the row again and retry with its current version."));
 
 	value = type == INT2OID ? Int16GetDatum((int16) next) :
 		type == INT4OID ? Int32GetDatum((int32) next) : Int64GetDatum(next);

@@ -1,14 +1,22 @@
 /*
  * init.c
- *	  Module initialisation: the idempotency.* GUCs and the transaction
- *	  callbacks of the commit guard.
+ *	  Module initialisation: the idempotency.* GUCs, the transaction
+ *	  callbacks (commit guard, record store), and the shared memory of the
+ *	  counters and of wait_for_outcome when the library is preloaded.
  */
-#include "idempotency.h"
+#include "postgres.h"
+
+#include <limits.h>
 
 #include "fmgr.h"
 #include "utils/guc.h"
 
-#include <limits.h>
+#include "citus.h"
+#include "idempotency.h"
+#include "outcome_wait.h"
+#include "record_store.h"
+#include "stats.h"
+#include "xact_claims.h"
 
 PG_MODULE_MAGIC;
 
@@ -26,8 +34,8 @@ _PG_init(void)
 	idem_check_preload_order();
 
 	DefineCustomIntVariable("idempotency.default_ttl",
-							"Retention of a record when idem_claim gets no ttl.",
-							"Claims treat a record as absent once claim time + ttl has passed.",
+							"Sets the default time to live of an idempotency record.",
+							"Used when idem_claim is called without ttl. A claim treats a record as absent once its claim time plus its ttl has passed.",
 							&idem_default_ttl,
 							86400, 1, INT_MAX,
 							PGC_USERSET,
@@ -35,7 +43,7 @@ _PG_init(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("idempotency.max_key_length",
-							"Longest idempotency key or scope accepted, in characters.",
+							"Sets the maximum length of an idempotency key or scope, in characters.",
 							NULL,
 							&idem_max_key_length,
 							255, 1, 1024,
@@ -44,8 +52,8 @@ _PG_init(void)
 							NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("idempotency.direct_access",
-							 "Allows the direct heap and index path for idempotent_record where it gives the planned SQL's answers.",
-							 "When off, every access to idempotent_record runs planned SQL. When on, the direct path still serves only a plain local heap table, and never while an executor permission hook such as pgaudit is loaded.",
+							 "Enables the direct heap and index path for idempotent_record.",
+							 "When off, every access to idempotent_record runs planned SQL. When on, the direct path serves only where it gives the planned SQL's answers: a plain local heap table, and no executor permission hook (such as pgaudit's) loaded.",
 							 &idem_direct_access,
 							 true,
 							 PGC_USERSET,
@@ -53,8 +61,8 @@ _PG_init(void)
 							 NULL, NULL, NULL);
 
 	DefineCustomIntVariable("idempotency.retry_after",
-							"retry_after of an in_progress answer whose holder may take longer.",
-							"idem_claim answers in_progress with the lease time left when that is shorter, else with this.",
+							"Sets the retry interval suggested to a duplicate of a claim in progress.",
+							"idem_claim returns it as retry_after of an in_progress answer, or the lease time left when that is shorter.",
 							&idem_retry_after,
 							1000, 1, INT_MAX,
 							PGC_USERSET,
@@ -63,8 +71,8 @@ _PG_init(void)
 
 	MarkGUCPrefixReserved("idempotency");
 
-	claims_register_callbacks();
-	store_register_callbacks();	/* nested store brackets, table lookup */
-	stats_init();				/* shared counters, when preloaded */
-	outcome_wait_init();		/* wakeups of wait_for_outcome, when preloaded */
+	idem_claims_register_callbacks();
+	idem_store_register_callbacks();	/* nested store brackets, table lookup */
+	idem_stats_init();			/* shared counters, when preloaded */
+	idem_outcome_wait_init();	/* wakeups of wait_for_outcome, when preloaded */
 }

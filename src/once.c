@@ -9,11 +9,16 @@
  * duplicate waits on the primary key and then answers false (first one
  * committed) or true (first one rolled back).
  */
-#include "idempotency.h"
+#include "postgres.h"
 
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/timestamp.h"
+
+#include "args.h"
+#include "idempotency.h"
+#include "record_store.h"
+#include "stats.h"
 
 /*
  * One attempt; returns -1 when a concurrent transaction changed the record
@@ -28,19 +33,19 @@ once_attempt(FunctionCallInfo fcinfo, const IdemKey *id, int *hidden)
 	int64		new_fence;
 
 	t.now = GetCurrentTimestamp();
-	t.expires_at = ttl_end(fcinfo, 2, t.now);
+	t.expires_at = idem_ttl_end(fcinfo, 2, t.now);
 
-	if (!store_read(id, &rec))
+	if (!idem_store_read(id, &rec))
 	{
-		if (store_insert(id, NULL, &t))
+		if (idem_store_insert(id, NULL, &t))
 			return 1;
 		if (++*hidden >= 3)
-			idem_hidden_record_error(id);	/* see claim.c */
+			idem_store_hidden_record_error(id); /* see claim.c */
 		return -1;
 	}
 	if (!record_expired(&rec, t.now))
 		return 0;
-	return store_reclaim_expired(id, rec.fence, NULL, &t, &new_fence) ? 1 : -1;
+	return idem_store_reclaim_expired(id, rec.fence, NULL, &t, &new_fence) ? 1 : -1;
 }
 
 /*
@@ -56,17 +61,17 @@ PG_FUNCTION_INFO_V1(idem_once);
 Datum
 idem_once(PG_FUNCTION_ARGS)
 {
-	IdemKey		id = get_idem_key(fcinfo, 0, 1, "idem_once");
+	IdemKey		id = idem_get_key(fcinfo, 0, 1, "idem_once");
 	int			first;
 	int			hidden = 0;
 
-	(void) ttl_end(fcinfo, 2, GetCurrentTimestamp());	/* check it first */
-	require_read_write("idem_once");
+	(void) idem_ttl_end(fcinfo, 2, GetCurrentTimestamp());	/* check it first */
+	idem_require_read_write("idem_once");
 
-	store_begin(fcinfo->flinfo->fn_oid, false, id.scope);
+	idem_store_begin(fcinfo->flinfo->fn_oid, false, id.scope);
 	while ((first = once_attempt(fcinfo, &id, &hidden)) < 0)
 		CHECK_FOR_INTERRUPTS();
-	store_end();
+	idem_store_end();
 
 	idem_count(first ? IDEM_COUNT_CLAIMS : IDEM_COUNT_REPLAYS);
 	PG_RETURN_BOOL(first == 1);

@@ -12,22 +12,21 @@
  * reclaims or takes over the key: a late write is recorded (an outcome
  * then restarts retention), so that a retry replays it.
  */
-#include "idempotency.h"
+#include "postgres.h"
 
 #include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "args.h"
+#include "idempotency.h"
+#include "outcome_wait.h"
+#include "record_store.h"
+#include "stats.h"
+#include "xact_claims.h"
+
 /* Argument numbers shared by these functions: key first, then ... */
 #define ARG_KEY 0
-
-/* errcode() of IK003, counted in idempotency_stats when it is raised */
-static int
-errcode_stale_fence(void)
-{
-	idem_count(IDEM_COUNT_STALE_FENCES);
-	return errcode(ERRCODE_IDEM_STALE_FENCE);
-}
 
 /*
  * A fenced write changed nothing: read the record and say why.  IK003 when
@@ -40,7 +39,7 @@ explain_refusal(const IdemKey *id, int64 fence, const char *fn)
 {
 	IdemRecord	rec;
 
-	if (!store_read(id, &rec))
+	if (!idem_store_read(id, &rec))
 		ereport(ERROR,
 				errcode(ERRCODE_IDEM_NOT_HELD),
 				errmsg("idempotency key is not claimed"),
@@ -48,19 +47,25 @@ explain_refusal(const IdemKey *id, int64 fence, const char *fn)
 						  id->key, id->scope),
 				errhint("Call %s only after idem_claim answered \"claimed\".", fn));
 	if (fence >= 1 && fence < rec.fence)
+	{
+		idem_count(IDEM_COUNT_STALE_FENCES);
 		ereport(ERROR,
-				errcode_stale_fence(),
+				errcode(ERRCODE_IDEM_STALE_FENCE),
 				errmsg("stale fence: the claim was taken over"),
 				errdetail("Key \"%s\" in scope \"%s\" has fence " INT64_FORMAT "; this call has fence " INT64_FORMAT ".",
 						  id->key, id->scope, rec.fence, fence),
-				errhint("Only the holder of the current fence may write; a worker whose lease was taken over must stop and record nothing (HTTP 409)."));
+				errhint("Only the holder of the current fence may write; a worker whose lease was taken over must stop and record nothing."));
+	}
 	if (fence != rec.fence)
+	{
+		idem_count(IDEM_COUNT_STALE_FENCES);
 		ereport(ERROR,
-				errcode_stale_fence(),
+				errcode(ERRCODE_IDEM_STALE_FENCE),
 				errmsg("fence does not match the claim"),
 				errdetail("Key \"%s\" in scope \"%s\" has fence " INT64_FORMAT "; this call has fence " INT64_FORMAT ", which the record has not issued.",
 						  id->key, id->scope, rec.fence, fence),
 				errhint("Pass the fence that idem_claim returned; fences start at 1 and grow by one at each reclaim or takeover."));
+	}
 	if (rec.status == IDEM_SUCCEEDED || rec.status == IDEM_FAILED)
 		ereport(ERROR,
 				errcode(ERRCODE_IDEM_NOT_HELD),
@@ -71,9 +76,11 @@ explain_refusal(const IdemKey *id, int64 fence, const char *fn)
 	ereport(ERROR,
 			errcode(ERRCODE_IDEM_NOT_HELD),
 			errmsg("%s does not apply to this claim", fn),
-			errdetail("Key \"%s\" in scope \"%s\" is %s%s.",
-					  id->key, id->scope, idem_status_names[rec.status],
-					  rec.has_lease ? "" : " without a lease"),
+			rec.has_lease ?
+			errdetail("Key \"%s\" in scope \"%s\" is %s.",
+					  id->key, id->scope, idem_status_names[rec.status]) :
+			errdetail("Key \"%s\" in scope \"%s\" is %s without a lease.",
+					  id->key, id->scope, idem_status_names[rec.status]),
 			errhint("idem_checkpoint needs a claim in progress; idem_extend_lease a leased one."));
 }
 
@@ -88,7 +95,7 @@ static int64
 required_fence(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 			   const char *fn, HeldClaim **held)
 {
-	HeldClaim  *claim = claims_find(id);
+	HeldClaim  *claim = idem_claims_find(id);
 	IdemRecord	rec;
 
 	*held = NULL;
@@ -102,12 +109,15 @@ required_fence(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 							  id->key, id->scope),
 					errhint("An outcome is recorded once; duplicates replay it."));
 		if (!PG_ARGISNULL(fence_arg) && PG_GETARG_INT64(fence_arg) != claim->fence)
+		{
+			idem_count(IDEM_COUNT_STALE_FENCES);
 			ereport(ERROR,
-					errcode_stale_fence(),
+					errcode(ERRCODE_IDEM_STALE_FENCE),
 					errmsg("fence does not match the claim held by this transaction"),
 					errdetail("This transaction holds key \"%s\" in scope \"%s\" with fence " INT64_FORMAT "; this call has fence " INT64_FORMAT ".",
 							  id->key, id->scope, claim->fence, PG_GETARG_INT64(fence_arg)),
 					errhint("Pass the fence that idem_claim returned, or none."));
+		}
 		*held = claim;
 		return claim->fence;
 	}
@@ -115,14 +125,17 @@ required_fence(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 	if (!PG_ARGISNULL(fence_arg))
 		return PG_GETARG_INT64(fence_arg);
 
-	if (store_read(id, &rec) &&
+	if (idem_store_read(id, &rec) &&
 		(rec.status == IDEM_UNKNOWN || (rec.status == IDEM_IN_PROGRESS && rec.has_lease)))
+	{
+		idem_count(IDEM_COUNT_STALE_FENCES);
 		ereport(ERROR,
-				errcode_stale_fence(),
+				errcode(ERRCODE_IDEM_STALE_FENCE),
 				errmsg("a fence is required to write to a leased claim"),
 				errdetail("Key \"%s\" in scope \"%s\" is %s with fence " INT64_FORMAT ".",
 						  id->key, id->scope, idem_status_names[rec.status], rec.fence),
 				errhint("Pass fence => the fence that your idem_claim returned."));
+	}
 	ereport(ERROR,
 			errcode(ERRCODE_IDEM_NOT_HELD),
 			errmsg("idempotency key is not claimed by this transaction"),
@@ -150,22 +163,22 @@ record_outcome(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 	int64		fence;
 	bool		done;
 
-	require_read_write(fn);
-	store_begin(fcinfo->flinfo->fn_oid, false, id->scope);
+	idem_require_read_write(fn);
+	idem_store_begin(fcinfo->flinfo->fn_oid, false, id->scope);
 	fence = required_fence(fcinfo, id, fence_arg, fn, &held);
 	if (kind == RELEASE_KEY)
-		done = store_release(id, fence, result, GetCurrentTimestamp());
+		done = idem_store_release(id, fence, result, GetCurrentTimestamp());
 	else
-		done = store_set_outcome(id, fence, status_of[kind], result,
-								 GetCurrentTimestamp());
+		done = idem_store_set_outcome(id, fence, status_of[kind], result,
+									  GetCurrentTimestamp());
 	if (!done)
 		explain_refusal(id, fence, fn);
-	store_end();
+	idem_store_end();
 	if (kind != RECORD_UNKNOWN)
-		outcome_wait_wake_at_commit(id);
+		idem_outcome_wait_wake_at_commit(id);
 
 	if (held != NULL)
-		claims_mark_finished(held);
+		idem_claims_mark_finished(held);
 }
 
 /*
@@ -181,9 +194,9 @@ PG_FUNCTION_INFO_V1(idem_finish);
 Datum
 idem_finish(PG_FUNCTION_ARGS)
 {
-	IdemKey		id = get_idem_key(fcinfo, ARG_KEY, 2, "idem_finish");
+	IdemKey		id = idem_get_key(fcinfo, ARG_KEY, 2, "idem_finish");
 
-	require_arg(fcinfo, 1, "result", "idem_finish");
+	idem_require_arg(fcinfo, 1, "result", "idem_finish");
 	record_outcome(fcinfo, &id, 3, "idem_finish", RECORD_SUCCEEDED,
 				   PG_GETARG_JSONB_P(1));
 	PG_RETURN_VOID();
@@ -202,10 +215,10 @@ PG_FUNCTION_INFO_V1(idem_fail);
 Datum
 idem_fail(PG_FUNCTION_ARGS)
 {
-	IdemKey		id = get_idem_key(fcinfo, ARG_KEY, 3, "idem_fail");
+	IdemKey		id = idem_get_key(fcinfo, ARG_KEY, 3, "idem_fail");
 
-	require_arg(fcinfo, 1, "error", "idem_fail");
-	require_arg(fcinfo, 2, "retryable", "idem_fail");
+	idem_require_arg(fcinfo, 1, "error", "idem_fail");
+	idem_require_arg(fcinfo, 2, "retryable", "idem_fail");
 	record_outcome(fcinfo, &id, 4, "idem_fail",
 				   PG_GETARG_BOOL(2) ? RELEASE_KEY : RECORD_FAILED,
 				   PG_GETARG_JSONB_P(1));
@@ -225,9 +238,9 @@ PG_FUNCTION_INFO_V1(idem_mark_unknown);
 Datum
 idem_mark_unknown(PG_FUNCTION_ARGS)
 {
-	IdemKey		id = get_idem_key(fcinfo, ARG_KEY, 2, "idem_mark_unknown");
+	IdemKey		id = idem_get_key(fcinfo, ARG_KEY, 2, "idem_mark_unknown");
 
-	require_arg(fcinfo, 1, "detail", "idem_mark_unknown");
+	idem_require_arg(fcinfo, 1, "detail", "idem_mark_unknown");
 	record_outcome(fcinfo, &id, 3, "idem_mark_unknown", RECORD_UNKNOWN,
 				   PG_GETARG_JSONB_P(1));
 	PG_RETURN_VOID();
@@ -245,20 +258,20 @@ PG_FUNCTION_INFO_V1(idem_checkpoint);
 Datum
 idem_checkpoint(PG_FUNCTION_ARGS)
 {
-	IdemKey		id = get_idem_key(fcinfo, ARG_KEY, 2, "idem_checkpoint");
+	IdemKey		id = idem_get_key(fcinfo, ARG_KEY, 2, "idem_checkpoint");
 	HeldClaim  *held;
 	int64		fence;
 	char	   *recovery_point;
 
-	require_arg(fcinfo, 1, "recovery_point", "idem_checkpoint");
+	idem_require_arg(fcinfo, 1, "recovery_point", "idem_checkpoint");
 	recovery_point = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	require_read_write("idem_checkpoint");
+	idem_require_read_write("idem_checkpoint");
 
-	store_begin(fcinfo->flinfo->fn_oid, false, id.scope);
+	idem_store_begin(fcinfo->flinfo->fn_oid, false, id.scope);
 	fence = required_fence(fcinfo, &id, 3, "idem_checkpoint", &held);
-	if (!store_checkpoint(&id, fence, recovery_point, GetCurrentTimestamp()))
+	if (!idem_store_checkpoint(&id, fence, recovery_point, GetCurrentTimestamp()))
 		explain_refusal(&id, fence, "idem_checkpoint");
-	store_end();
+	idem_store_end();
 	PG_RETURN_VOID();
 }
 
@@ -275,22 +288,22 @@ PG_FUNCTION_INFO_V1(idem_extend_lease);
 Datum
 idem_extend_lease(PG_FUNCTION_ARGS)
 {
-	IdemKey		id = get_idem_key(fcinfo, ARG_KEY, 2, "idem_extend_lease");
+	IdemKey		id = idem_get_key(fcinfo, ARG_KEY, 2, "idem_extend_lease");
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz locked_until;
 	HeldClaim  *held;
 	int64		fence;
 
-	require_arg(fcinfo, 1, "lease", "idem_extend_lease");
-	locked_until = interval_end(fcinfo, 1, "lease", now);
-	require_read_write("idem_extend_lease");
+	idem_require_arg(fcinfo, 1, "lease", "idem_extend_lease");
+	locked_until = idem_interval_end(fcinfo, 1, "lease", now);
+	idem_require_read_write("idem_extend_lease");
 
-	store_begin(fcinfo->flinfo->fn_oid, false, id.scope);
+	idem_store_begin(fcinfo->flinfo->fn_oid, false, id.scope);
 	fence = required_fence(fcinfo, &id, 3, "idem_extend_lease", &held);
-	if (!store_extend_lease(&id, fence, locked_until, now))
+	if (!idem_store_extend_lease(&id, fence, locked_until, now))
 		explain_refusal(&id, fence, "idem_extend_lease");
-	store_end();
+	idem_store_end();
 	/* waiters sleep until the lease's end: a shorter one must wake them */
-	outcome_wait_wake_at_commit(&id);
+	idem_outcome_wait_wake_at_commit(&id);
 	PG_RETURN_TIMESTAMPTZ(locked_until);
 }

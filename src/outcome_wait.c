@@ -20,7 +20,7 @@
  * snapshots), never when it aborts.  An outcome committed by COMMIT PREPARED
  * wakes nobody: its waiters see it at the end of the lease or of their bound.
  */
-#include "idempotency.h"
+#include "postgres.h"
 
 #include "access/xact.h"
 #include "common/hashfn.h"
@@ -31,6 +31,9 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/timestamp.h"
+
+#include "idempotency.h"
+#include "outcome_wait.h"
 
 #define OUTCOME_WAIT_SLOTS 128
 
@@ -118,7 +121,7 @@ outcome_wait_xact_callback(XactEvent event, void *arg)
  * preloaded, and the commit callback that wakes waiters.
  */
 void
-outcome_wait_init(void)
+idem_outcome_wait_init(void)
 {
 	RegisterXactCallback(outcome_wait_xact_callback, NULL);
 	if (!process_shared_preload_libraries_in_progress)
@@ -131,7 +134,7 @@ outcome_wait_init(void)
 
 /* 55000 unless the library was preloaded, so that waits can be woken */
 void
-outcome_wait_require(void)
+idem_outcome_wait_require(void)
 {
 	if (outcome_wait_shared == NULL)
 		ereport(ERROR,
@@ -147,7 +150,7 @@ outcome_wait_require(void)
  * subtransaction leaves the mark: the waiters then wake, read, sleep on.
  */
 void
-outcome_wait_wake_at_commit(const IdemKey *id)
+idem_outcome_wait_wake_at_commit(const IdemKey *id)
 {
 	int			slot;
 
@@ -160,7 +163,7 @@ outcome_wait_wake_at_commit(const IdemKey *id)
 
 /* The generation of id's variable: read it before reading the record */
 uint64
-outcome_wait_generation(const IdemKey *id)
+idem_outcome_wait_generation(const IdemKey *id)
 {
 	return pg_atomic_read_u64(&outcome_wait_shared->generation[slot_of(id)]);
 }
@@ -171,7 +174,7 @@ outcome_wait_generation(const IdemKey *id)
  * reaches until, or until interrupted (57014 and the like, raised here).
  */
 void
-outcome_wait_sleep(const IdemKey *id, uint64 generation, TimestampTz until)
+idem_outcome_wait_sleep(const IdemKey *id, uint64 generation, TimestampTz until)
 {
 	int			slot = slot_of(id);
 	ConditionVariable *cv = &outcome_wait_shared->slots[slot];
@@ -188,4 +191,3 @@ outcome_wait_sleep(const IdemKey *id, uint64 generation, TimestampTz until)
 	}
 	ConditionVariableCancelSleep();
 }
-

@@ -5,10 +5,15 @@
  *	  long locks or waiting for claims; idem_purge_all (SQL) commits batch
  *	  after batch.
  */
-#include "idempotency.h"
+#include "postgres.h"
 
 #include "fmgr.h"
 #include "utils/timestamp.h"
+
+#include "args.h"
+#include "record_store.h"
+#include "stats.h"
+#include "tokens.h"
 
 /*
  * idem_purge(batch_size integer) RETURNS bigint
@@ -26,7 +31,7 @@ idem_purge(PG_FUNCTION_ARGS)
 	int64		purged;
 	TimestampTz now;
 
-	require_arg(fcinfo, 0, "batch_size", "idem_purge");
+	idem_require_arg(fcinfo, 0, "batch_size", "idem_purge");
 	batch_size = PG_GETARG_INT32(0);
 	if (batch_size < 1)
 		ereport(ERROR,
@@ -34,13 +39,13 @@ idem_purge(PG_FUNCTION_ARGS)
 				errmsg("batch_size must be at least 1"),
 				errdetail("The batch_size given is %d.", batch_size));
 
-	require_read_write("idem_purge");
+	idem_require_read_write("idem_purge");
 	now = GetCurrentTimestamp();
-	store_begin(fcinfo->flinfo->fn_oid, false, NULL);
-	purged = store_purge(now, batch_size);
-	store_end();
+	idem_store_begin(fcinfo->flinfo->fn_oid, false, NULL);
+	purged = idem_store_purge(now, batch_size);
+	idem_store_end();
 	if (purged < batch_size)
-		purged += tokens_purge(fcinfo->flinfo->fn_oid, now, batch_size - purged);
+		purged += idem_tokens_purge(fcinfo->flinfo->fn_oid, now, batch_size - purged);
 	idem_count_n(IDEM_COUNT_ROWS_PURGED, purged);
 	PG_RETURN_INT64(purged);
 }

@@ -54,8 +54,11 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "citus.h"
 #include "compat.h"
 #include "idempotency.h"
+#include "record_direct.h"
+#include "record_store.h"
 
 /* Attribute numbers of the columns the direct path reads */
 typedef struct RecordColumns
@@ -132,8 +135,8 @@ typedef struct RecordLayout
 								 * direct writes may run */
 	MemoryContext context;		/* holds checks */
 	int			nchecks;
-	Node	  **checks;			/* the CHECK constraints' expressions, in
-								 * the relcache's order, deserialized once */
+	Node	  **checks;			/* the CHECK constraints' expressions, in the
+								 * relcache's order, deserialized once */
 } RecordLayout;
 
 static RecordLayout layout;
@@ -450,12 +453,12 @@ varlena_copy(TupleTableSlot *slot, AttrNumber attno, MemoryContext context)
 }
 
 /*
- * store_read's direct path: the record of id as a new statement's snapshot
+ * idem_store_read's direct path: the record of id as a new statement's snapshot
  * sees it, copied into context.  Returns DIRECT_FOUND, DIRECT_NONE or
  * DIRECT_NOT_USED.
  */
 DirectAnswer
-direct_read(Oid relid, const IdemKey *id, IdemRecord *rec, MemoryContext context)
+idem_direct_read(Oid relid, const IdemKey *id, IdemRecord *rec, MemoryContext context)
 {
 	Relation	heap = table_open(relid, AccessShareLock);
 	Relation	index;
@@ -542,13 +545,13 @@ version_replaced(TupleTableSlot *slot)
  * waiting.  When one is found, *fingerprint (in context) is its
  * fingerprint.  Returns DIRECT_NOT_USED for callers that may not read the
  * table directly: they must not learn of rows they cannot read (see
- * store_write_blocked_by_key), and for a table the layout cannot read (a
+ * idem_store_write_blocked_by_key), and for a table the layout cannot read (a
  * Citus table).  It is no stand-in for SQL, so an executor permission hook
  * and inheritance children (the SQL reads the table ONLY) do not matter.
  */
 DirectAnswer
-direct_probe_uncommitted(Oid relid, const IdemKey *id, bytea **fingerprint,
-						 MemoryContext context)
+idem_direct_probe_uncommitted(Oid relid, const IdemKey *id, bytea **fingerprint,
+							  MemoryContext context)
 {
 	/* the lock the write after the probe needs: it must not wait for it */
 	Relation	heap = table_open(relid, RowExclusiveLock);
@@ -578,21 +581,21 @@ direct_probe_uncommitted(Oid relid, const IdemKey *id, bytea **fingerprint,
 	 * A transaction writing the record shows several versions: the old one
 	 * (its xmax running), and each version it wrote (its xmin running; the
 	 * dirty snapshot does not look at their xmax).  The fingerprint that
-	 * counts is that of the version no live update or delete has replaced.
+	 * counts is that of the version no live update or delete has replaced;
+	 * when that transaction deleted every version (or moved the record to
+	 * another key), there is none: whether the key will be free depends on
+	 * its commit, not on any fingerprint.
 	 */
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
-		bool		replaced;
-
 		if (!TransactionIdIsValid(dirty.xmin) && !TransactionIdIsValid(dirty.xmax))
 			continue;			/* committed and untouched */
-		replaced = version_replaced(slot);
-		if (answer == DIRECT_FOUND && replaced)
-			continue;
 		answer = DIRECT_FOUND;
-		*fingerprint = varlena_copy(slot, l->col.fingerprint, context);
-		if (!replaced)
+		if (!version_replaced(slot))
+		{
+			*fingerprint = varlena_copy(slot, l->col.fingerprint, context);
 			break;
+		}
 	}
 
 	ExecDropSingleTupleTableSlot(slot);
@@ -704,14 +707,14 @@ purge_one(Relation heap, const RecordLayout *l, TimestampTz now,
 }
 
 /*
- * store_purge's direct path: delete up to batch_size records expired at
+ * idem_store_purge's direct path: delete up to batch_size records expired at
  * now, oldest first, walking the expires_at index, each as purge_one says
  * (without writing a row lock before each delete, as FOR UPDATE must,
  * unless someone else holds the row).
  * Returns how many went, or DIRECT_NOT_USED.
  */
 int64
-direct_purge(Oid relid, TimestampTz now, int32 batch_size)
+idem_direct_purge(Oid relid, TimestampTz now, int32 batch_size)
 {
 	Relation	heap = table_open(relid, RowExclusiveLock);
 	Relation	index;
@@ -837,14 +840,16 @@ check_conflict_visible(DirectWrite *w, ItemPointer tid)
 {
 	Relation	heap = w->rri->ri_RelationDesc;
 	bool		isnull;
+	TransactionId xmin;
 
 	if (!IsolationUsesXactSnapshot())
 		return;
 	if (!table_tuple_fetch_row_version(heap, tid, SnapshotAny, w->slot))
 		elog(ERROR, "failed to fetch conflicting idempotency record");
+	xmin = DatumGetTransactionId(slot_getsysattr(w->slot, MinTransactionIdAttributeNumber,
+												 &isnull));
 	if (!table_tuple_satisfies_snapshot(heap, w->slot, w->estate->es_snapshot) &&
-		!TransactionIdIsCurrentTransactionId(DatumGetTransactionId(
-			slot_getsysattr(w->slot, MinTransactionIdAttributeNumber, &isnull))))
+		!TransactionIdIsCurrentTransactionId(xmin))
 		ereport(ERROR,
 				errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				errmsg("could not serialize access due to concurrent update"));
@@ -852,7 +857,7 @@ check_conflict_visible(DirectWrite *w, ItemPointer tid)
 }
 
 /*
- * store_insert's direct path: INSERT ... ON CONFLICT (scope, key) DO
+ * idem_store_insert's direct path: INSERT ... ON CONFLICT (scope, key) DO
  * NOTHING of a new claim, by speculative insertion as the executor does it
  * (pre-check of the primary key, which waits for an uncommitted duplicate;
  * insert with a speculative token; index entries; confirm, or kill the
@@ -868,8 +873,8 @@ check_conflict_visible(DirectWrite *w, ItemPointer tid)
  * the executor's would.
  */
 DirectAnswer
-direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
-			  const IdemClaimSpec *t)
+idem_direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
+				   const IdemClaimSpec *t)
 {
 	Relation	heap = table_open(relid, RowExclusiveLock);
 	const RecordLayout *l;
@@ -1006,7 +1011,7 @@ outcome_version(TupleTableSlot *old, TupleTableSlot *new, const RecordLayout *l,
 }
 
 /*
- * store_set_outcome's direct path: the UPDATE of PLAN_SET_OUTCOME in
+ * idem_store_set_outcome's direct path: the UPDATE of PLAN_SET_OUTCOME in
  * record_store.c, to the version of the record a new statement snapshot
  * sees, if it carries fence and has no final outcome.  A version that a
  * concurrent transaction replaced is handled as UPDATE handles it: 40001
@@ -1016,8 +1021,8 @@ outcome_version(TupleTableSlot *old, TupleTableSlot *new, const RecordLayout *l,
  * no such record, DIRECT_NOT_USED.
  */
 DirectAnswer
-direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
-				   IdemStatus status, Jsonb *result, TimestampTz now)
+idem_direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
+						IdemStatus status, Jsonb *result, TimestampTz now)
 {
 	Relation	heap = table_open(relid, RowExclusiveLock);
 	Relation	index;

@@ -16,25 +16,32 @@
  * Citus routes it to one shard; purge and the probe of wait => false take
  * the per-shard forms of citus.c.
  */
-#include "idempotency.h"
+#include "postgres.h"
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
-#include "catalog/pg_class.h"
+#include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
-#include "fmgr.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/resowner.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
+
+#include "citus.h"
+#include "delegation.h"
+#include "idempotency.h"
+#include "record_direct.h"
+#include "record_store.h"
+#include "saved_plans.h"
 
 const char *const idem_status_names[] = {"in_progress", "succeeded", "failed", "unknown"};
 
@@ -241,10 +248,16 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 };
 
 static SPIPlanPtr plans[NUM_PLANS];
-static SavedPlans store_plans = {"idempotent_record", plan_defs, NUM_PLANS, plans, InvalidOid};
+static SavedPlans store_plans = {
+	.table = "idempotent_record",
+	.defs = plan_defs,
+	.nplans = NUM_PLANS,
+	.plans = plans,
+	.namespace = InvalidOid
+};
 
 /*
- * State of the innermost store_begin .. store_end bracket, and of the
+ * State of the innermost idem_store_begin .. idem_store_end bracket, and of the
  * brackets it is nested in: a trigger or constraint may call the extension
  * while the store runs a statement.  A bracket that an error left is
  * dropped when its (sub)transaction aborts.
@@ -271,8 +284,8 @@ typedef struct StoreBracket
 static StoreBracket cur;
 static struct
 {
-	StoreBracket enclosing;		/* state to restore at store_end */
-	int			nest_level;		/* transaction nesting level at store_begin */
+	StoreBracket enclosing;		/* state to restore at idem_store_end */
+	int			nest_level;		/* transaction nesting level at idem_store_begin */
 }			nested[MAX_NESTED_BRACKETS];
 static int	n_nested = 0;
 
@@ -293,8 +306,8 @@ static int
 store_exec(StorePlanId id, Datum *values, const char *nulls, int expected)
 {
 	spi_ready();
-	return (int) saved_plan_exec(&store_plans, id, cur.namespace, values,
-								 nulls, expected);
+	return (int) idem_saved_plan_exec(&store_plans, id, cur.namespace, values,
+									  nulls, expected);
 }
 
 /*
@@ -303,7 +316,7 @@ store_exec(StorePlanId id, Datum *values, const char *nulls, int expected)
  * caller may rethrow it or handle it), back in context and owner.
  */
 ErrorData *
-store_subxact_error(MemoryContext context, ResourceOwner owner)
+idem_store_subxact_error(MemoryContext context, ResourceOwner owner)
 {
 	ErrorData  *edata;
 
@@ -325,7 +338,7 @@ store_subxact_error(MemoryContext context, ResourceOwner owner)
  * record to lock: it runs with a 1 ms lock_timeout, and a timeout
  * (WRITE_TIMED_OUT) is either a duplicate inserted or deleted by a running
  * transaction since the probe, or a wait for something else, such as
- * another backend extending the table (store_write_blocked_by_key tells
+ * another backend extending the table (idem_store_write_blocked_by_key tells
  * which).  The table's lock is taken first, with no timeout: DDL is not
  * the key.  Returns the rows processed, 0 when the write was refused.
  */
@@ -360,7 +373,7 @@ store_exec_claim_write(StorePlanId id, Datum *values, const char *nulls,
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata = store_subxact_error(context, owner);
+		ErrorData  *edata = idem_store_subxact_error(context, owner);
 
 		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
 			ReThrowError(edata);
@@ -374,15 +387,30 @@ store_exec_claim_write(StorePlanId id, Datum *values, const char *nulls,
 	return processed;
 }
 
+/*
+ * An insert found a record that no read can see: row level security hides
+ * it from this role but lets it insert.  Retrying would spin.
+ */
+void
+idem_store_hidden_record_error(const IdemKey *id)
+{
+	ereport(ERROR,
+			errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			errmsg("idempotency record exists but is not visible to this role"),
+			errdetail("Key \"%s\" in scope \"%s\" has a record that row level security hides from the current role.",
+					  id->key, id->scope),
+			errhint("A policy on idempotent_record that hides a scope's records from a role must also refuse that role's inserts into the scope (WITH CHECK)."));
+}
+
 /* Did the last claim write return nothing because it would have waited? */
 bool
-store_write_would_wait(void)
+idem_store_write_would_wait(void)
 {
 	return cur.write_blocked != WRITE_NOT_BLOCKED;
 }
 
 /*
- * The probe of direct_probe_uncommitted as the table's owner (who sees
+ * The probe of idem_direct_probe_uncommitted as the table's owner (who sees
  * every row), for a caller it may not serve itself; the fingerprint found
  * is dropped.  As for VACUUM, the owner's identity, restricted: no code of
  * anyone else runs with it.
@@ -405,7 +433,7 @@ probe_as_owner(const IdemKey *id)
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
 	SetUserIdAndSecContext(table_owner, save_sec_context |
 						   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
-	answer = direct_probe_uncommitted(relid, id, &fingerprint, cur.caller_context);
+	answer = idem_direct_probe_uncommitted(relid, id, &fingerprint, cur.caller_context);
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 	return answer;
 }
@@ -413,7 +441,7 @@ probe_as_owner(const IdemKey *id)
 static void id_values(const IdemKey *id, Datum *values);
 
 /*
- * direct_probe_uncommitted for a Citus table, run where the shard of id's
+ * idem_direct_probe_uncommitted for a Citus table, run where the shard of id's
  * scope is: Citus routes PLAN_SHARD_PROBE there, and idem_shard_probe
  * reads that shard with a dirty snapshot.  DIRECT_NOT_USED when the caller
  * may not read the shard directly.
@@ -460,12 +488,12 @@ store_probe(const IdemKey *id, bytea **fingerprint)
 {
 	if (store_citus())
 		return citus_probe(id, fingerprint);
-	return direct_probe_uncommitted(store_relid(), id, fingerprint,
-									cur.caller_context);
+	return idem_direct_probe_uncommitted(store_relid(), id, fingerprint,
+										 cur.caller_context);
 }
 
 /*
- * The last claim write would have waited (store_write_would_wait): was it
+ * The last claim write would have waited (idem_store_write_would_wait): was it
  * for the key?  A lock on the record is.  An insert's lock timeout is when
  * another transaction, still running, is writing the key now (the probe
  * the claim began with, run again); otherwise it was a wait for something
@@ -480,7 +508,7 @@ store_probe(const IdemKey *id, bytea **fingerprint)
  * caller only (idem_shard_probe).
  */
 bool
-store_write_blocked_by_key(const IdemKey *id, bytea **fingerprint)
+idem_store_write_blocked_by_key(const IdemKey *id, bytea **fingerprint)
 {
 	DirectAnswer answer;
 
@@ -504,7 +532,7 @@ store_write_blocked_by_key(const IdemKey *id, bytea **fingerprint)
  * (delegation.c); scope NULL for purge and idem_pending_at.
  */
 void
-store_begin(Oid extension_function, bool nowait, const char *scope)
+idem_store_begin(Oid extension_function, bool nowait, const char *scope)
 {
 	if (n_nested == MAX_NESTED_BRACKETS)
 		ereport(ERROR,
@@ -519,7 +547,7 @@ store_begin(Oid extension_function, bool nowait, const char *scope)
 	cur.nowait = nowait;
 	cur.namespace = get_func_namespace(extension_function);
 	cur.spi_connected = false;
-	actor_begin(&cur.actor, store_relid(), cur.namespace, scope);
+	idem_actor_begin(&cur.actor, store_relid(), cur.namespace, scope);
 }
 
 /* Did the direct path answer?  Then *found is its answer. */
@@ -573,11 +601,11 @@ store_relcache_callback(Datum arg, Oid relid)
 }
 
 void
-store_end(void)
+idem_store_end(void)
 {
 	if (cur.spi_connected)
 		SPI_finish();
-	actor_end(&cur.actor);
+	idem_actor_end(&cur.actor);
 	cur = nested[--n_nested].enclosing;
 }
 
@@ -605,7 +633,7 @@ store_xact_callback(XactEvent event, void *arg)
 }
 
 void
-store_register_callbacks(void)
+idem_store_register_callbacks(void)
 {
 	RegisterXactCallback(store_xact_callback, NULL);
 	CacheRegisterRelcacheCallback(store_relcache_callback, (Datum) 0);
@@ -615,7 +643,7 @@ store_register_callbacks(void)
 /*
  * Column attno of SPI row 0, copied into the caller's context (NULL if
  * null).  A varlena is detoasted as it is copied: a TOAST pointer, or a
- * value detoasted in SPI's memory, would not outlive store_end.
+ * value detoasted in SPI's memory, would not outlive idem_store_end.
  */
 static Datum
 column_copy(int attno, bool *isnull)
@@ -667,14 +695,14 @@ id_values(const IdemKey *id, Datum *values)
  * Returns false when there is none.
  */
 bool
-store_read(const IdemKey *id, IdemRecord *rec)
+idem_store_read(const IdemKey *id, IdemRecord *rec)
 {
 	Datum		values[2];
 	bool		isnull;
 	Datum		d;
 	bool		found;
 
-	if (direct_answered(direct_read(store_relid(), id, rec, cur.caller_context), &found))
+	if (direct_answered(idem_direct_read(store_relid(), id, rec, cur.caller_context), &found))
 		return found;
 
 	id_values(id, values);
@@ -705,7 +733,7 @@ store_read(const IdemKey *id, IdemRecord *rec)
  * a REPEATABLE READ or SERIALIZABLE snapshot).
  */
 bool
-store_insert(const IdemKey *id, bytea *fingerprint, const IdemClaimSpec *t)
+idem_store_insert(const IdemKey *id, bytea *fingerprint, const IdemClaimSpec *t)
 {
 	Datum		values[7];
 	char		nulls[7] = "       ";
@@ -714,7 +742,7 @@ store_insert(const IdemKey *id, bytea *fingerprint, const IdemClaimSpec *t)
 	/* wait => false keeps its write in the SQL (store_exec_claim_write) */
 	cur.write_blocked = WRITE_NOT_BLOCKED;
 	if (!cur.nowait &&
-		direct_answered(direct_insert(store_relid(), id, fingerprint, t), &inserted))
+		direct_answered(idem_direct_insert(store_relid(), id, fingerprint, t), &inserted))
 		return inserted;
 
 	id_values(id, values);
@@ -763,8 +791,8 @@ store_reclaim(StorePlanId plan, const IdemKey *id, int64 seen_fence,
  * with seen_fence (after waiting for that transaction, as UPDATE does).
  */
 bool
-store_reclaim_expired(const IdemKey *id, int64 seen_fence, bytea *fingerprint,
-					  const IdemClaimSpec *t, int64 *new_fence)
+idem_store_reclaim_expired(const IdemKey *id, int64 seen_fence, bytea *fingerprint,
+						   const IdemClaimSpec *t, int64 *new_fence)
 {
 	return store_reclaim(PLAN_RECLAIM_EXPIRED, id, seen_fence, fingerprint,
 						 t, new_fence);
@@ -772,11 +800,11 @@ store_reclaim_expired(const IdemKey *id, int64 seen_fence, bytea *fingerprint,
 
 /*
  * Take over an in-progress record whose owner holds no live lease
- * (fence + 1, recovery point kept).  False as for store_reclaim_expired.
+ * (fence + 1, recovery point kept).  False as for idem_store_reclaim_expired.
  */
 bool
-store_take_over(const IdemKey *id, int64 seen_fence, bytea *fingerprint,
-				const IdemClaimSpec *t, int64 *new_fence)
+idem_store_take_over(const IdemKey *id, int64 seen_fence, bytea *fingerprint,
+					 const IdemClaimSpec *t, int64 *new_fence)
 {
 	return store_reclaim(PLAN_TAKE_OVER, id, seen_fence, fingerprint,
 						 t, new_fence);
@@ -790,14 +818,14 @@ store_take_over(const IdemKey *id, int64 seen_fence, bytea *fingerprint,
 
 /* Record an outcome (succeeded, failed or unknown) */
 bool
-store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
-				  Jsonb *result, TimestampTz now)
+idem_store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
+					   Jsonb *result, TimestampTz now)
 {
 	Datum		values[7];
 	bool		updated;
 
-	if (direct_answered(direct_set_outcome(store_relid(), id, fence, status,
-										   result, now), &updated))
+	if (direct_answered(idem_direct_set_outcome(store_relid(), id, fence, status,
+												result, now), &updated))
 		return updated;
 
 	id_values(id, values);
@@ -814,7 +842,7 @@ store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
  * error of the failed attempt) is kept in result.
  */
 bool
-store_release(const IdemKey *id, int64 fence, Jsonb *reason, TimestampTz now)
+idem_store_release(const IdemKey *id, int64 fence, Jsonb *reason, TimestampTz now)
 {
 	Datum		values[5];
 
@@ -827,8 +855,8 @@ store_release(const IdemKey *id, int64 fence, Jsonb *reason, TimestampTz now)
 
 /* Save the recovery point of an in-progress claim */
 bool
-store_checkpoint(const IdemKey *id, int64 fence, const char *recovery_point,
-				 TimestampTz now)
+idem_store_checkpoint(const IdemKey *id, int64 fence, const char *recovery_point,
+					  TimestampTz now)
 {
 	Datum		values[5];
 
@@ -841,8 +869,8 @@ store_checkpoint(const IdemKey *id, int64 fence, const char *recovery_point,
 
 /* Move the lease end of a leased in-progress claim to locked_until */
 bool
-store_extend_lease(const IdemKey *id, int64 fence, TimestampTz locked_until,
-				   TimestampTz now)
+idem_store_extend_lease(const IdemKey *id, int64 fence, TimestampTz locked_until,
+						TimestampTz now)
 {
 	Datum		values[5];
 
@@ -855,10 +883,10 @@ store_extend_lease(const IdemKey *id, int64 fence, TimestampTz locked_until,
 
 /* Delete up to batch_size records expired at now; returns how many */
 int64
-store_purge(TimestampTz now, int32 batch_size)
+idem_store_purge(TimestampTz now, int32 batch_size)
 {
 	Datum		values[2];
-	int64		purged = direct_purge(store_relid(), now, batch_size);
+	int64		purged = idem_direct_purge(store_relid(), now, batch_size);
 
 	if (purged != DIRECT_NOT_USED)
 		return purged;
@@ -876,7 +904,7 @@ store_purge(TimestampTz now, int32 batch_size)
 
 /* The unexpired record of id as a heap tuple in the caller's context */
 HeapTuple
-store_lookup(const IdemKey *id, TimestampTz now)
+idem_store_lookup(const IdemKey *id, TimestampTz now)
 {
 	Datum		values[3];
 	MemoryContext old;
@@ -907,7 +935,7 @@ store_lookup(const IdemKey *id, TimestampTz now)
  * only those of scopes the caller was granted.
  */
 void
-store_pending(TimestampTz at, Tuplestorestate *rows)
+idem_store_pending(TimestampTz at, Tuplestorestate *rows)
 {
 	Datum		values[1];
 	uint64		n;
@@ -922,7 +950,7 @@ store_pending(TimestampTz at, Tuplestorestate *rows)
 		{
 			char	   *scope = SPI_getvalue(row, SPI_tuptable->tupdesc, 1);
 
-			if (!scope_permitted(cur.actor.caller, cur.namespace, scope))
+			if (!idem_scope_is_permitted(cur.actor.caller, cur.namespace, scope))
 				continue;
 		}
 		tuplestore_puttuple(rows, row);
@@ -931,11 +959,11 @@ store_pending(TimestampTz at, Tuplestorestate *rows)
 
 /*
  * Is another transaction, still in progress, writing the record of id?  See
- * direct_probe_uncommitted (and citus_probe); callers it may not probe get
+ * idem_direct_probe_uncommitted (and citus_probe); callers it may not probe get
  * false.
  */
 bool
-store_probe_uncommitted(const IdemKey *id, bytea **fingerprint)
+idem_store_probe_uncommitted(const IdemKey *id, bytea **fingerprint)
 {
 	return store_probe(id, fingerprint) == DIRECT_FOUND;
 }

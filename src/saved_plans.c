@@ -5,11 +5,13 @@
  *	  changes.  The texts name the table and the schema through %1$s and
  *	  %2$s, already quoted, so nothing depends on the caller's search_path.
  */
-#include "idempotency.h"
+#include "postgres.h"
 
 #include "executor/spi.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+
+#include "saved_plans.h"
 
 static SPIPlanPtr
 saved_plan(SavedPlans *set, int id, Oid namespace)
@@ -48,8 +50,8 @@ saved_plan(SavedPlans *set, int id, Oid namespace)
  * SPI_processed; SPI_tuptable holds any rows.
  */
 uint64
-saved_plan_exec(SavedPlans *set, int id, Oid namespace, Datum *values,
-				const char *nulls, int expected)
+idem_saved_plan_exec(SavedPlans *set, int id, Oid namespace, Datum *values,
+					 const char *nulls, int expected)
 {
 	int			rc = SPI_execute_plan(saved_plan(set, id, namespace),
 									  values, nulls, false, 0);

@@ -8,7 +8,7 @@
  * Counters are not transactional (like pg_stat_statements' calls): a claim
  * counted in a transaction that later rolls back stays counted.
  */
-#include "idempotency.h"
+#include "postgres.h"
 
 #include "fmgr.h"
 #include "funcapi.h"
@@ -18,6 +18,8 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/timestamp.h"
+
+#include "stats.h"
 
 /* The shared block: the counters and when they were last reset */
 typedef struct IdemSharedStats
@@ -74,7 +76,7 @@ stats_shmem_startup(void)
  * and the counters stay unavailable.
  */
 void
-stats_init(void)
+idem_stats_init(void)
 {
 	if (!process_shared_preload_libraries_in_progress)
 		return;

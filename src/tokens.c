@@ -12,7 +12,7 @@
  * with the caller's privileges; the clock is read once per call and
  * passed as a parameter.
  */
-#include "idempotency.h"
+#include "postgres.h"
 
 #include "catalog/pg_type_d.h"
 #include "common/base64.h"
@@ -23,6 +23,14 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
+
+#include "args.h"
+#include "citus.h"
+#include "compat.h"
+#include "delegation.h"
+#include "saved_plans.h"
+#include "stats.h"
+#include "tokens.h"
 
 /* Random bytes per token: 128 bits, 22 characters of base64url */
 #define TOKEN_RANDOM_BYTES 16
@@ -53,6 +61,7 @@ static const SavedPlanDef token_plan_defs[NUM_TOKEN_PLANS] = {
 		" AND consumed_at IS NULL AND expires_at OPERATOR(pg_catalog.>) $3",
 		3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 	},
+
 	/*
 	 * expired tokens, consumed or not, named by primary key; SKIP LOCKED as
 	 * for records (record_store.c)
@@ -78,15 +87,20 @@ static const SavedPlanDef token_plan_defs[NUM_TOKEN_PLANS] = {
 };
 
 static SPIPlanPtr token_plan_cache[NUM_TOKEN_PLANS];
-static SavedPlans token_plans = {"idempotency_token", token_plan_defs,
-	NUM_TOKEN_PLANS, token_plan_cache, InvalidOid};
+static SavedPlans token_plans = {
+	.table = "idempotency_token",
+	.defs = token_plan_defs,
+	.nplans = NUM_TOKEN_PLANS,
+	.plans = token_plan_cache,
+	.namespace = InvalidOid
+};
 
 /* Run plan id against the idempotency_token table of fn's schema */
 static uint64
 token_exec(Oid fn, TokenPlanId id, Datum *values, int expected)
 {
-	return saved_plan_exec(&token_plans, id, get_func_namespace(fn), values,
-						   NULL, expected);
+	return idem_saved_plan_exec(&token_plans, id, get_func_namespace(fn), values,
+								NULL, expected);
 }
 
 /*
@@ -99,8 +113,8 @@ token_actor_begin(IdemActor *actor, Oid fn, const char *scope)
 {
 	Oid			namespace = get_func_namespace(fn);
 
-	actor_begin(actor, get_relname_relid("idempotency_token", namespace),
-				namespace, scope);
+	idem_actor_begin(actor, get_relname_relid("idempotency_token", namespace),
+					 namespace, scope);
 }
 
 /*
@@ -151,15 +165,15 @@ idem_token_issue(PG_FUNCTION_ARGS)
 	Datum		values[4];
 	IdemActor	actor;
 
-	require_arg(fcinfo, 0, "scope", "idem_token_issue");
-	require_arg(fcinfo, 1, "ttl", "idem_token_issue");
+	idem_require_arg(fcinfo, 0, "scope", "idem_token_issue");
+	idem_require_arg(fcinfo, 1, "ttl", "idem_token_issue");
 	scope = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	check_length("scope", scope);
-	require_read_write("idem_token_issue");
+	idem_check_length(scope, true);
+	idem_require_read_write("idem_token_issue");
 
 	values[0] = PointerGetDatum(PG_GETARG_TEXT_PP(0));
 	values[2] = TimestampTzGetDatum(now);
-	values[3] = TimestampTzGetDatum(interval_end(fcinfo, 1, "ttl", now));
+	values[3] = TimestampTzGetDatum(idem_interval_end(fcinfo, 1, "ttl", now));
 
 	token_actor_begin(&actor, fcinfo->flinfo->fn_oid, scope);
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -178,7 +192,7 @@ idem_token_issue(PG_FUNCTION_ARGS)
 		CHECK_FOR_INTERRUPTS();
 	}
 	SPI_finish();
-	actor_end(&actor);
+	idem_actor_end(&actor);
 	idem_count(IDEM_COUNT_TOKENS_ISSUED);
 
 	PG_RETURN_TEXT_P(cstring_to_text(token));
@@ -203,9 +217,9 @@ idem_token_consume(PG_FUNCTION_ARGS)
 	bool		consumed;
 	IdemActor	actor;
 
-	require_arg(fcinfo, 0, "token", "idem_token_consume");
-	require_arg(fcinfo, 1, "scope", "idem_token_consume");
-	require_read_write("idem_token_consume");
+	idem_require_arg(fcinfo, 0, "token", "idem_token_consume");
+	idem_require_arg(fcinfo, 1, "scope", "idem_token_consume");
+	idem_require_read_write("idem_token_consume");
 	values[0] = PointerGetDatum(PG_GETARG_TEXT_PP(1));
 	values[1] = PointerGetDatum(PG_GETARG_TEXT_PP(0));
 	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
@@ -216,7 +230,7 @@ idem_token_consume(PG_FUNCTION_ARGS)
 	consumed = token_exec(fcinfo->flinfo->fn_oid, TOKEN_PLAN_CONSUME, values,
 						  SPI_OK_UPDATE) == 1;
 	SPI_finish();
-	actor_end(&actor);
+	idem_actor_end(&actor);
 	idem_count(consumed ? IDEM_COUNT_TOKENS_CONSUMED : IDEM_COUNT_TOKENS_REFUSED);
 
 	PG_RETURN_BOOL(consumed);
@@ -227,7 +241,7 @@ idem_token_consume(PG_FUNCTION_ARGS)
  * how many.
  */
 int64
-tokens_purge(Oid fn, TimestampTz now, int32 batch_size)
+idem_tokens_purge(Oid fn, TimestampTz now, int32 batch_size)
 {
 	Datum		values[2];
 	int64		purged;
@@ -245,6 +259,6 @@ tokens_purge(Oid fn, TimestampTz now, int32 batch_size)
 	else
 		purged = (int64) token_exec(fn, TOKEN_PLAN_PURGE, values, SPI_OK_DELETE);
 	SPI_finish();
-	actor_end(&actor);
+	idem_actor_end(&actor);
 	return purged;
 }

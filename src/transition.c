@@ -11,7 +11,7 @@
  * states travel as parameters.  It runs in SPI with the caller's privileges
  * and row level security.
  */
-#include "idempotency.h"
+#include "postgres.h"
 
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -32,6 +32,9 @@
 #include "utils/rel.h"
 #include "utils/syscache.h"
 #include "utils/typcache.h"
+
+#include "args.h"
+#include "compat.h"
 
 /* OPERATOR(schema.name) of operator opno, for SQL */
 static char *
@@ -127,8 +130,8 @@ resolve_target(Oid relid, const char *status_column, TransitionTarget *t)
 				errhint("idem_transition moves a status held as text, varchar or an enum."));
 
 	/*
-	 * Refuse before taking any lock when the caller may not update the
-	 * status (the statement checks every privilege again).
+	 * Refuse before taking any lock when the caller may not update the status
+	 * (the statement checks every privilege again).
 	 */
 	if (pg_class_aclcheck(relid, GetUserId(), ACL_UPDATE) != ACLCHECK_OK &&
 		pg_attribute_aclcheck(relid, t->status_attno, GetUserId(), ACL_UPDATE) != ACLCHECK_OK)
@@ -342,14 +345,14 @@ idem_transition(PG_FUNCTION_ARGS)
 	TransitionOutcome outcome;
 	int			rc;
 
-	require_arg(fcinfo, 0, "rel", "idem_transition");
-	require_arg(fcinfo, 1, "id", "idem_transition");
-	require_arg(fcinfo, 2, "to_state", "idem_transition");
-	require_arg(fcinfo, 3, "from_states", "idem_transition");
-	require_arg(fcinfo, 4, "status_column", "idem_transition");
+	idem_require_arg(fcinfo, 0, "rel", "idem_transition");
+	idem_require_arg(fcinfo, 1, "id", "idem_transition");
+	idem_require_arg(fcinfo, 2, "to_state", "idem_transition");
+	idem_require_arg(fcinfo, 3, "from_states", "idem_transition");
+	idem_require_arg(fcinfo, 4, "status_column", "idem_transition");
 	if (!OidIsValid(id_type))
 		elog(ERROR, "could not determine the type of argument id");
-	require_read_write("idem_transition");
+	idem_require_read_write("idem_transition");
 
 	to_state = text_to_cstring(PG_GETARG_TEXT_PP(2));
 	deconstruct_array(PG_GETARG_ARRAYTYPE_P(3), TEXTOID, -1, false,

@@ -12,17 +12,20 @@
  * this transaction), so only the newest claim of each key needs an outcome.
  * Rolling the newer claim back makes the older one the newest again.
  */
-#include "idempotency.h"
+#include "postgres.h"
 
 #include "access/xact.h"
 #include "nodes/pg_list.h"
 #include "utils/memutils.h"
 
+#include "idempotency.h"
+#include "xact_claims.h"
+
 /* HeldClaim pointers, in TopTransactionContext; NIL outside a transaction */
 static List *held_claims = NIL;
 
 void
-claims_add(const IdemKey *id, int64 fence)
+idem_claims_add(const IdemKey *id, int64 fence)
 {
 	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
 	HeldClaim  *claim = palloc(sizeof(HeldClaim));
@@ -56,13 +59,13 @@ newest_claim(const char *scope, const char *key)
 
 /* The claim of id that counts: its newest */
 HeldClaim *
-claims_find(const IdemKey *id)
+idem_claims_find(const IdemKey *id)
 {
 	return newest_claim(id->scope, id->key);
 }
 
 void
-claims_mark_finished(HeldClaim *claim)
+idem_claims_mark_finished(HeldClaim *claim)
 {
 	claim->finished_in = GetCurrentSubTransactionId();
 }
@@ -93,8 +96,9 @@ claims_xact_callback(XactEvent event, void *arg)
 			if (open != NULL)
 				ereport(ERROR,
 						errcode(ERRCODE_IDEM_UNFINISHED_CLAIM),
-						errmsg("cannot %s a transaction with an unfinished idempotency claim",
-							   event == XACT_EVENT_PRE_COMMIT ? "commit" : "prepare"),
+						event == XACT_EVENT_PRE_COMMIT ?
+						errmsg("cannot commit a transaction with an unfinished idempotency claim") :
+						errmsg("cannot prepare a transaction with an unfinished idempotency claim"),
 						errdetail_plural("Key \"%s\" in scope \"%s\" was claimed in this transaction without an outcome (%d such claim).",
 										 "Key \"%s\" in scope \"%s\" was claimed in this transaction without an outcome (%d such claims).",
 										 nopen, open->key, open->scope, nopen),
@@ -147,7 +151,7 @@ claims_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 void
-claims_register_callbacks(void)
+idem_claims_register_callbacks(void)
 {
 	RegisterXactCallback(claims_xact_callback, NULL);
 	RegisterSubXactCallback(claims_subxact_callback, NULL);

@@ -303,6 +303,8 @@ sub m_claim
 	my $w = writer_of($s, $id);
 	if (defined $w)
 	{
+		# the other transaction's version of the record counts; one it
+		# deleted has none: the key is free if that transaction commits
 		my $o = $sess[$w]{overlay}{$id};
 		return ('IK001', '') if defined $fp && defined $o->{fp} && $o->{fp} ne $fp;
 		return ('00000', claim_answer('in_progress', undef));
@@ -425,7 +427,7 @@ sub m_purge
 		last if $n >= $op->{batch};
 		return ('40001', '') if snap_changed($s, $id);
 		next if defined writer_of($s, $id);    # SKIP LOCKED
-		write_row($s, $id, { deleted => 1, fp => visible($s, $id)->{fp} });
+		write_row($s, $id, { deleted => 1 });
 		$n++;
 	}
 	return ('00000', $n);
@@ -472,7 +474,7 @@ sub model_call
 		my $r = visible($s, $op->{id});
 		return ('00000', '') unless $r;
 		return ('40001', '') if snap_changed($s, $op->{id});
-		write_row($s, $op->{id}, { deleted => 1, fp => $r->{fp} });
+		write_row($s, $op->{id}, { deleted => 1 });
 		return base_call($s, $op);
 	}
 	if ($w eq 'upd' || $w eq 'cte')
@@ -502,7 +504,7 @@ sub model_call
 		return ('40001', '') if snap_changed($s, $op->{id});
 		if ($w eq 'where' && $op->{pick} % 2)
 		{
-			write_row($s, $op->{id}, { deleted => 1, fp => $r->{fp} });
+			write_row($s, $op->{id}, { deleted => 1 });
 			return ('00000', $r->{rp} // '');
 		}
 		write_row($s, $op->{id}, { %{ deep($r) }, rp => "u$op->{n}" });

@@ -1,0 +1,53 @@
+-- The SQL surface of the extension as a user sees it: its objects, the
+-- types and tables as \d shows them, every function's arguments, result
+-- and attributes, comments, pg_dump registration and settings.
+\dx+ idempotency
+SELECT enum_range(NULL::idem_status) AS idem_status_labels;
+\d idem_claim_result
+\d idempotent_record
+\d idempotency_token
+
+-- arguments and defaults of every function and procedure
+SELECT p.proname AS function, pg_get_function_arguments(p.oid) AS arguments
+  FROM pg_proc p
+  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
+ ORDER BY 1, 2;
+-- what each returns; none is STRICT (a NULL is an error, never a silent
+-- NULL) or SECURITY DEFINER (the caller's privileges and row level
+-- security apply); only idem_fingerprint is IMMUTABLE (it may back an
+-- index); whether EXECUTE is granted to PUBLIC
+SELECT p.proname AS function,
+       CASE WHEN p.proretset THEN 'SETOF ' ELSE '' END || p.prorettype::regtype AS returns,
+       p.provolatile AS volatility, p.proisstrict AS strict, p.prosecdef AS definer,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute
+  FROM pg_proc p
+  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
+ ORDER BY 1, 2;
+-- the views run with the caller's privileges (security_invoker), except
+-- the counters, which show aggregates only
+SELECT c.relname AS view, coalesce(c.reloptions, '{}') AS options
+  FROM pg_class c
+  JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
+ WHERE c.relkind = 'v'
+ ORDER BY 1;
+
+-- every object of the extension, and every column of its two tables, has
+-- a COMMENT
+SELECT pg_describe_object(d.classid, d.objid, 0) AS without_comment
+  FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
+ WHERE d.deptype = 'e' AND obj_description(d.objid, d.classid::regclass::name) IS NULL
+UNION ALL
+SELECT format('column %s.%s', a.attrelid::regclass, a.attname)
+  FROM pg_attribute a
+ WHERE a.attrelid IN ('idempotent_record'::regclass, 'idempotency_token'::regclass)
+   AND a.attnum > 0 AND NOT a.attisdropped AND col_description(a.attrelid, a.attnum) IS NULL;
+
+-- pg_dump keeps every row of the two tables (empty filter conditions)
+SELECT extconfig::regclass[] AS dumped_tables, extcondition FROM pg_extension WHERE extname = 'idempotency';
+
+-- the settings, their defaults and ranges; each can be set per session
+SELECT name, boot_val, unit, min_val, max_val, context
+  FROM pg_settings WHERE name LIKE 'idempotency.%' ORDER BY name;

@@ -1,0 +1,33 @@
+/*
+ * stats.h
+ *	  Cluster-wide counters (stats.c, the idempotency_stats view), in
+ *	  shared memory when the library is in shared_preload_libraries;
+ *	  without it idem_count is a no-op.  Keep the order in step with the
+ *	  OUT columns of idem_stats() in the install script.
+ */
+#ifndef IDEMPOTENCY_STATS_H
+#define IDEMPOTENCY_STATS_H
+
+typedef enum IdemCounter
+{
+	IDEM_COUNT_CLAIMS,			/* idem_claim answered claimed, idem_once true */
+	IDEM_COUNT_REPLAYS,			/* ... replay, idem_once false */
+	IDEM_COUNT_IN_PROGRESS,		/* ... in_progress */
+	IDEM_COUNT_WAITS,			/* a claim's write waited for another
+								 * transaction's write of the same key */
+	IDEM_COUNT_FINGERPRINT_MISMATCHES,	/* IK001 raised */
+	IDEM_COUNT_TAKEOVERS,		/* abandoned in-progress claim taken over */
+	IDEM_COUNT_STALE_FENCES,	/* IK003 raised */
+	IDEM_COUNT_FAILURES,		/* idem_fail recorded (final or retryable) */
+	IDEM_COUNT_TOKENS_ISSUED,
+	IDEM_COUNT_TOKENS_CONSUMED,
+	IDEM_COUNT_TOKENS_REFUSED,
+	IDEM_COUNT_ROWS_PURGED,		/* records and tokens deleted by purge */
+	IDEM_NUM_COUNTERS
+} IdemCounter;
+
+extern void idem_stats_init(void);
+extern void idem_count(IdemCounter c);
+extern void idem_count_n(IdemCounter c, uint64 n);
+
+#endif							/* IDEMPOTENCY_STATS_H */
