@@ -18,12 +18,12 @@ endif
 # pg_regress: sql/NAME.sql against expected/NAME.out
 # pg_isolation_regress: test/specs/NAME.spec against test/expected/NAME.out
 # The *_PRELOAD tests need a configured server: shared_preload_libraries =
-# 'idempotency' (shared counters, wait_for_outcome, idempotency.direct_access
-# known before first use) or max_prepared_transactions > 0.  `make installcheck`
+# 'idempotency' (shared counters, wait_for_outcome, the settings known before
+# the first call) or max_prepared_transactions > 0.  `make installcheck`
 # leaves them out, so it passes against any server; regresscheck and
 # isolationcheck (make test, on the preloaded server it starts) run them all.
-REGRESS_PRELOAD   = bad_input_matrix commit_guard direct_access fence_never_issued \
-                    stats wait_for_outcome
+REGRESS_PRELOAD   = bad_input commit_guard fence_never_issued stats surface \
+                    wait_for_outcome
 ISOLATION_PRELOAD = stats_waits wait_for_outcome
 REGRESS_ALL    = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 ISOLATION_ALL  = $(patsubst test/specs/%.spec,%,$(sort $(wildcard test/specs/*.spec)))
