@@ -54,12 +54,6 @@ BEGIN
        AND classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass;
 END $$;
 
-COMMENT ON FUNCTION @extschema@.idem_claim(text, text, bytea, interval, boolean, interval, interval) IS
-'claim an idempotency key or learn what to replay. Returns one idem_claim_result row (outcome text: claimed | replay | in_progress, status idem_status, result jsonb, fence bigint, recovery_point text, retry_after interval). ttl interval (NULL = idempotency.default_ttl) is how long the record answers duplicates; wait => false answers in_progress instead of waiting for another transaction''s uncommitted claim; lease interval (NULL = in-transaction claim) makes a leased claim that commits on its own (a statement of its own in autocommit) and holds the key until server time + lease, after which the next claim takes it over (fence + 1, recovery point and the error of a retryable failure kept and returned); wait_for_outcome interval (NULL = none; needs the library preloaded) lets a claim of a key held by a live lease or awaiting reconciliation wait up to that long for the outcome, woken when it commits, and take the key over when the lease ends. Errors: IK001 fingerprint differs from the stored one, 25001 leased claim in a transaction block, subtransaction or pipeline, or wait_for_outcome in a transaction that has written or locked rows, 0A000 wait_for_outcome under REPEATABLE READ/SERIALIZABLE, 22004 NULL key/scope/wait, 22023 empty or over-long key or scope, non-positive ttl, lease or wait_for_outcome (fixed durations: a day is 24 hours, a month 30 days, a year 365.25 days), 22008 one of them too long (server time + it past the timestamp range), 55000 wait_for_outcome without the library preloaded, 25006 read-only transaction or standby, 40001 duplicate committed after this REPEATABLE READ/SERIALIZABLE snapshot, 40P01 deadlock, 57014 canceled while waiting';
-
-COMMENT ON TYPE @extschema@.idem_claim_result IS
-'the row idem_claim returns: outcome (claimed | replay | in_progress), the record''s status, result (stored result or error of a replay), fence, recovery_point (kept on takeover), retry_after (set for every in_progress answer: the lease time left when shorter than idempotency.retry_after, else idempotency.retry_after; NULL otherwise)';
-
 -------------------------------------------------------------------------------
 -- Citus: idem_pending ordered across shards, the wait => false probe of a
 -- shard, idem_transition on keys of several columns
@@ -79,28 +73,16 @@ RETURNS TABLE (scope text, key text, status @extschema@.idem_status,
 AS 'MODULE_PATHNAME', 'idem_pending_at'
 LANGUAGE C STABLE;
 
-COMMENT ON FUNCTION @extschema@.idem_pending_at(timestamptz) IS
-'the rows of idem_pending as of time at (timestamptz; the view passes clock_timestamp()), unordered: unknown records and in_progress records whose lease (or, for an in-transaction claim, whose claim time) ended by at. Runs with the caller''s privileges and row level security, or, for a role without SELECT on idempotent_record, as its owner in the scopes idem_scope_grant grants the role. Errors: 22004 NULL at';
-
 CREATE OR REPLACE VIEW @extschema@.idem_pending WITH (security_invoker = true) AS
 SELECT p.scope, p.key, p.status, p.fence, p.recovery_point, p.detail,
        p.locked_until, p.created_at, p.updated_at, p.expires_at
   FROM @extschema@.idem_pending_at(pg_catalog.clock_timestamp()) AS p
  ORDER BY p.created_at, p.scope, p.key;
 
-COMMENT ON VIEW @extschema@.idem_pending IS
-'records a reconciliation job must look at, oldest first: status unknown (outcome of an external call unknown; record it with idem_finish or idem_fail and the fence shown) and in_progress records whose lease has ended (their worker is gone; the next claim takes them over). detail is the jsonb given to idem_mark_unknown, or the error of a retryable idem_fail. Runs with the caller''s privileges and row level security';
-
 CREATE FUNCTION @extschema@.idem_shard_probe(shard bigint, scope text, key text)
 RETURNS bytea[]
 AS 'MODULE_PATHNAME', 'idem_shard_probe'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.idem_shard_probe(bigint, text, text) IS
-'internal to idem_claim(wait => false) on a Citus table, run by Citus on the node holding shard (bigint shard id of idempotent_record): {fingerprint} when another transaction, still in progress, writes the record of (scope, key), {} when none does, NULL when the caller may not read the shard directly (row level security). Errors: 22004 NULL argument, 42P01 no such shard on this node, 42501 no SELECT privilege on it';
-
-COMMENT ON FUNCTION @extschema@.idem_transition(regclass, anycompatible, text, text[], name) IS
-'compare-and-set of a status column: locks the row of table rel whose primary key equals id (SELECT ... FOR UPDATE; for a key of several columns, such as (scope, id) on a table distributed by scope, id is ROW(value, ...) in the key''s column order), then returns text applied (it was in one of from_states and is now in to_state), already (it is in to_state: nothing written), rejected (in another state: nothing written) or not_found. status_column (name, default status) is a text, varchar or enum column; id is of the key''s type, a type with an implicit cast to it, or text. Runs with the caller''s privileges and row level security. Errors: 22004 NULL argument or NULL in from_states, 42809 rel is not a table, 42703 no such column, 42804 status column not text/enum or id of another type (or not a row of as many values as the key has columns), 22004 NULL in such a row, 0A000 no primary key, 42501 no UPDATE privilege, 25006 read-only transaction or standby, 22P02 state not a value of the column''s type, 40001 row changed after a REPEATABLE READ/SERIALIZABLE snapshot';
 
 -------------------------------------------------------------------------------
 -- Outcomes that are HOT updates.  A final outcome no longer moves
@@ -114,11 +96,6 @@ COMMENT ON FUNCTION @extschema@.idem_transition(regclass, anycompatible, text, t
 -- alike, before and after the update.
 -------------------------------------------------------------------------------
 
-COMMENT ON COLUMN @extschema@.idempotent_record.expires_at IS
-'claim time + ttl, set by the claim (a final outcome does not move it, an unknown one moves it to its time + the same retention); a final outcome is kept until then and at least its retention (expires_at - created_at) after updated_at, the outcome''s time';
-COMMENT ON COLUMN @extschema@.idempotent_record.updated_at IS
-'server time (clock_timestamp) of the last change; of a final record, the time its outcome was recorded';
-
 -------------------------------------------------------------------------------
 -- Least privilege: scope grants for roles without table privileges
 -------------------------------------------------------------------------------
@@ -131,16 +108,10 @@ CREATE TABLE @extschema@.idem_scope_grant (
 REVOKE ALL ON @extschema@.idem_scope_grant FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_scope_grant', '');
 
-COMMENT ON TABLE @extschema@.idem_scope_grant IS
-'the scopes a role without privileges on idempotent_record and idempotency_token may use through the functions, which then work as the tables'' owner: grantee regrole (its members too), pattern text: an exact scope, a prefix ending in * (tenant_a:*), * for every scope, or {setting} for the scope named by a setting set for the current transaction only (SET LOCAL)';
-
 CREATE FUNCTION @extschema@.idem_scope_grants_changed()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'idem_scope_grants_changed'
 LANGUAGE C;
-
-COMMENT ON FUNCTION @extschema@.idem_scope_grants_changed() IS
-'statement trigger of idem_scope_grant: every backend drops its cached scope grants when the change commits. Errors: 39P01 not called as a trigger';
 
 CREATE TRIGGER idem_scope_grant_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.idem_scope_grant
@@ -151,5 +122,43 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'idem_scope_permitted'
 LANGUAGE C STABLE;
 
-COMMENT ON FUNCTION @extschema@.idem_scope_permitted(text) IS
-'true when idem_scope_grant grants scope (text) to the current role or a role whose privileges it has, for views and policies. Errors: 22004 NULL scope';
+-- One line per object; the README reference gives the arguments, results,
+-- errors and semantics of each.
+COMMENT ON FUNCTION @extschema@.idem_claim(text, text, bytea, interval, boolean, interval, interval) IS 'claim an idempotency key, or learn the outcome to replay';
+COMMENT ON TYPE @extschema@.idem_claim_result IS 'the row idem_claim returns: outcome, status, result, fence, recovery_point, retry_after';
+COMMENT ON FUNCTION @extschema@.idem_finish(text, jsonb, text, bigint) IS 'record success: the result is stored and replayed to every duplicate';
+COMMENT ON FUNCTION @extschema@.idem_fail(text, jsonb, boolean, text, bigint) IS 'record a failure: final (replayed to duplicates) or retryable (the key is released)';
+COMMENT ON FUNCTION @extschema@.idem_mark_unknown(text, jsonb, text, bigint) IS 'record that the outcome of an external call is unknown, for a reconciler';
+COMMENT ON FUNCTION @extschema@.idem_checkpoint(text, text, text, bigint) IS 'save the recovery point of a claim in progress; a takeover returns it';
+COMMENT ON FUNCTION @extschema@.idem_extend_lease(text, interval, text, bigint) IS 'extend the lease of a leased claim; returns its new end';
+COMMENT ON FUNCTION @extschema@.idem_lookup(text, text) IS 'read the record of an idempotency key without claiming it';
+COMMENT ON FUNCTION @extschema@.idem_once(text, text, interval) IS 'message deduplication: true the first time a key is seen, false while its record exists';
+COMMENT ON FUNCTION @extschema@.idem_fingerprint(jsonb) IS 'canonical SHA-256 of a JSON request body';
+COMMENT ON FUNCTION @extschema@.idem_purge(integer) IS 'delete one batch of expired records and tokens; returns how many were deleted';
+COMMENT ON PROCEDURE @extschema@.idem_purge_all(integer) IS 'delete every expired record and token, committing after each batch';
+COMMENT ON VIEW @extschema@.idem_pending IS 'records a reconciler must look at: unknown outcomes and abandoned claims, oldest first';
+COMMENT ON FUNCTION @extschema@.idem_pending_at(timestamptz) IS 'the rows of idem_pending as of a given time, unordered';
+COMMENT ON FUNCTION @extschema@.idem_shard_probe(bigint, text, text) IS 'internal to idem_claim(wait => false) on Citus: is a running transaction writing the key';
+COMMENT ON FUNCTION @extschema@.idem_transition(regclass, anycompatible, text, text[], name) IS 'compare-and-set of a status column: applied, already, rejected or not_found';
+COMMENT ON FUNCTION @extschema@.idem_transition_guard() IS 'trigger function: a status column moves only along the listed transitions';
+COMMENT ON FUNCTION @extschema@.idem_version_guard() IS 'trigger function: optimistic locking on a version column';
+COMMENT ON FUNCTION @extschema@.idem_guard_declarations() IS 'event trigger function of idem_guard_declarations';
+COMMENT ON EVENT TRIGGER idem_guard_declarations IS 'refuses idem_transition_guard triggers that would not see every write of their column';
+COMMENT ON FUNCTION @extschema@.idem_token_issue(text, interval) IS 'issue a single-use token for a scope';
+COMMENT ON FUNCTION @extschema@.idem_token_consume(text, text) IS 'consume a single-use token: true exactly once';
+COMMENT ON FUNCTION @extschema@.idem_stats() IS 'the cluster-wide counters behind idempotency_stats';
+COMMENT ON FUNCTION @extschema@.idem_stats_reset() IS 'reset the counters of idempotency_stats to zero';
+COMMENT ON VIEW @extschema@.idempotency_stats IS 'cluster-wide counters since stats_reset (needs shared_preload_libraries)';
+COMMENT ON COLUMN @extschema@.idempotency_stats.claims IS 'claims answered claimed, and idem_once calls that returned true';
+COMMENT ON COLUMN @extschema@.idempotency_stats.waits IS 'claim writes that waited for another transaction''s write of the same key';
+COMMENT ON TYPE @extschema@.idem_status IS 'status of an idempotency record: in_progress, succeeded, failed or unknown';
+COMMENT ON TABLE @extschema@.idempotent_record IS 'one row per idempotency key: its claim, status, fingerprint and stored result';
+COMMENT ON COLUMN @extschema@.idempotent_record.expires_at IS 'claim time + ttl; a final outcome is kept at least its retention after updated_at';
+COMMENT ON COLUMN @extschema@.idempotent_record.updated_at IS 'time of the last change; of a final record, the time of its outcome';
+COMMENT ON COLUMN @extschema@.idempotent_record.fence IS 'fencing token: 1 at the first claim, + 1 at each reclaim or takeover';
+COMMENT ON COLUMN @extschema@.idempotent_record.fingerprint IS 'fingerprint of the request that claimed the key; NULL when none was given';
+COMMENT ON COLUMN @extschema@.idempotent_record.result IS 'result replayed to duplicates, or the detail of a failure or unknown outcome';
+COMMENT ON TABLE @extschema@.idempotency_token IS 'single-use tokens against double submits, one row per token';
+COMMENT ON TABLE @extschema@.idem_scope_grant IS 'scopes a role without privileges on the tables may use through the functions';
+COMMENT ON FUNCTION @extschema@.idem_scope_grants_changed() IS 'trigger function: every backend drops its cached scope grants at commit';
+COMMENT ON FUNCTION @extschema@.idem_scope_permitted(text) IS 'true when idem_scope_grant grants the scope to the current role';

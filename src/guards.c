@@ -637,9 +637,10 @@ version_value(HeapTuple tuple, TupleDesc desc, AttrNumber attno, Oid type,
  *	  integer or bigint.  BEFORE UPDATE FOR EACH ROW: an update that gives
  *	  the stored version gets it incremented; one that gives the stored
  *	  version + 1 (as ORMs do: SET version = read + 1 WHERE version = read)
- *	  keeps it; any other version raises IK006 (a NULL version counts as 0).  Errors: IK006
- *	  stale version, 22003 version past the type's range, 22023 bad trigger
- *	  argument, 39P01 not fired BEFORE UPDATE FOR EACH ROW.
+ *	  keeps it; any other version raises IK006 (a NULL version counts as
+ *	  0).  Errors: IK006 stale version, 22003 version past the type's
+ *	  range, 22023 bad trigger argument, 39P01 not fired BEFORE UPDATE FOR
+ *	  EACH ROW.
  */
 PG_FUNCTION_INFO_V1(idem_version_guard);
 Datum
@@ -658,6 +659,7 @@ idem_version_guard(PG_FUNCTION_ARGS)
 	int64		next;
 	Datum		value;
 	bool		value_null = false;
+	int			col;
 
 	if (!TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
 		!TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
@@ -717,12 +719,8 @@ idem_version_guard(PG_FUNCTION_ARGS)
 
 	value = type == INT2OID ? Int16GetDatum((int16) next) :
 		type == INT4OID ? Int32GetDatum((int32) next) : Int64GetDatum(next);
-
-	{
-		int			col = attno;
-
-		return PointerGetDatum(heap_modify_tuple_by_cols(trigdata->tg_newtuple,
-														 desc, 1, &col,
-														 &value, &value_null));
-	}
+	col = attno;
+	return PointerGetDatum(heap_modify_tuple_by_cols(trigdata->tg_newtuple,
+													 desc, 1, &col,
+													 &value, &value_null));
 }

@@ -39,8 +39,9 @@ once_attempt(FunctionCallInfo fcinfo, const IdemKey *id, int *hidden)
 	{
 		if (idem_store_insert(id, NULL, &t))
 			return 1;
+		/* an insert refused by a record no read sees: retrying would spin */
 		if (++*hidden >= 3)
-			idem_store_hidden_record_error(id); /* see claim.c */
+			idem_store_hidden_record_error(id);
 		return -1;
 	}
 	if (!record_expired(&rec, t.now))

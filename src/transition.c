@@ -222,22 +222,6 @@ static const char *const transition_outcome_names[] = {
 };
 
 /*
- * idem_transition(rel regclass, id anyelement, to_state text,
- *				   from_states text[], status_column name) RETURNS text
- *	  Lock the row of rel whose primary key is id (a row of the key's
- *	  values for a key of several columns); move its status_column
- *	  to to_state if it is in one of from_states.  Returns applied (moved),
- *	  already (it is in to_state: nothing written), rejected (in another
- *	  state: nothing written) or not_found.  Errors: 22004 NULL argument or
- *	  NULL element of from_states, 42809 rel is not a table, 42703 no such
- *	  column, 42804 status column not text/enum or id of an unusable type
- *	  (or not a row of as many values as a multi-column key has), 22004 a
- *	  NULL in such a row, 0A000 no primary key, 42501 no UPDATE privilege, 25006
- *	  read-only transaction or standby, 22P02
- *	  a state that is not a value of the column's type, 40001 under
- *	  REPEATABLE READ/SERIALIZABLE when the row changed after the snapshot.
- */
-/*
  * The key column's type, schema-qualified and without a length: a cast to
  * char(1) or bit(1) (what "character" and "bit" mean) would truncate the id
  * and match another row.
@@ -329,6 +313,22 @@ append_key_condition(StringInfo sql, const TransitionTarget *t)
 						 t->pk_column[i], t->pk_eq[i], i + 1, key_type_name(t, i));
 }
 
+/*
+ * idem_transition(rel regclass, id anycompatible, to_state text,
+ *				   from_states text[], status_column name) RETURNS text
+ *	  Lock the row of rel whose primary key is id (a row of the key's
+ *	  values for a key of several columns); move its status_column to
+ *	  to_state if it is in one of from_states.  Returns applied (moved),
+ *	  already (it is in to_state: nothing written), rejected (in another
+ *	  state: nothing written) or not_found.  Errors: 22004 NULL argument,
+ *	  NULL element of from_states or NULL in a row id; 42809 rel is not a
+ *	  table; 42703 no such column; 42804 status column not text/enum, id of
+ *	  an unusable type or not a row of as many values as the key has;
+ *	  0A000 no primary key; 42501 no UPDATE privilege; 25006 read-only
+ *	  transaction or standby; 22P02 a state that is not a value of the
+ *	  column's type; 40001 under REPEATABLE READ/SERIALIZABLE when the row
+ *	  changed after the snapshot.
+ */
 PG_FUNCTION_INFO_V1(idem_transition);
 Datum
 idem_transition(PG_FUNCTION_ARGS)
