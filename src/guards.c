@@ -98,12 +98,36 @@ state_for_message(const char *state)
 	return state == NULL ? "NULL" : psprintf("\"%s\"", state);
 }
 
+/* How each guard is declared, for hints */
+#define TRANSITION_USAGE "idem_transition_guard('column', 'from>to', ...) with '>to' for a state allowed on INSERT"
+#define VERSION_USAGE "idem_version_guard('column') on a smallint, integer or bigint column, BEFORE UPDATE FOR EACH ROW"
+
+/*
+ * Raise 22023 for a trigger created with too few arguments
+ * (idem_transition_guard) or too many (idem_version_guard)
+ */
+static void
+bad_argument_count(TriggerData *trigdata, bool transition_guard)
+{
+	Trigger    *tg = trigdata->tg_trigger;
+
+	ereport(ERROR,
+			errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			transition_guard ?
+			errmsg("trigger \"%s\" on table \"%s\" needs a column and at least one transition",
+				   tg->tgname, RelationGetRelationName(trigdata->tg_relation)) :
+			errmsg("trigger \"%s\" on table \"%s\" takes at most one argument",
+				   tg->tgname, RelationGetRelationName(trigdata->tg_relation)),
+			errdetail_plural("It was created with %d argument.",
+							 "It was created with %d arguments.",
+							 tg->tgnargs, tg->tgnargs),
+			errhint("Use %s.", transition_guard ? TRANSITION_USAGE : VERSION_USAGE));
+}
+
 /*-------------------------------------------------------------------------
  * idem_transition_guard
  *-------------------------------------------------------------------------
  */
-
-#define TRANSITION_USAGE "idem_transition_guard('column', 'from>to', ...) with '>to' for a state allowed on INSERT"
 
 /* The parsed arguments of one trigger, cached for a statement */
 typedef struct TransitionSpec
@@ -287,14 +311,7 @@ parse_transition_spec(FunctionCallInfo fcinfo, TriggerData *trigdata)
 		return spec;
 
 	if (tg->tgnargs < 2)
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("trigger \"%s\" on table \"%s\" needs a column and at least one transition",
-					   tg->tgname, RelationGetRelationName(trigdata->tg_relation)),
-				errdetail_plural("It was created with %d argument.",
-								 "It was created with %d arguments.",
-								 tg->tgnargs, tg->tgnargs),
-				errhint("Use %s.", TRANSITION_USAGE));
+		bad_argument_count(trigdata, true);
 
 	old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
 	spec = palloc0(sizeof(TransitionSpec));
@@ -479,17 +496,16 @@ static void
 check_initial_state(TriggerData *trigdata, const TransitionSpec *spec,
 					const char *to)
 {
-	if (to != NULL && edge_allowed(spec, NULL, to))
-		return;
-	ereport(ERROR,
-			errcode(ERRCODE_IDEM_TRANSITION_NOT_ALLOWED),
-			errmsg("initial state %s of column \"%s\" is not allowed",
-				   state_for_message(to), spec->column),
-			errdetail("The new row of table \"%s\" has state %s; trigger \"%s\" allows only: %s.",
-					  get_rel_name(spec->declared_on),
-					  state_for_message(to), trigdata->tg_trigger->tgname,
-					  spec->edges),
-			errhint("Insert rows in one of the states listed as '>state'."));
+	if (to == NULL || !edge_allowed(spec, NULL, to))
+		ereport(ERROR,
+				errcode(ERRCODE_IDEM_TRANSITION_NOT_ALLOWED),
+				errmsg("initial state %s of column \"%s\" is not allowed",
+					   state_for_message(to), spec->column),
+				errdetail("The new row of table \"%s\" has state %s; trigger \"%s\" allows only: %s.",
+						  get_rel_name(spec->declared_on),
+						  state_for_message(to), trigdata->tg_trigger->tgname,
+						  spec->edges),
+				errhint("Insert rows in one of the states listed as '>state'."));
 }
 
 /*
@@ -609,7 +625,6 @@ idem_guard_declarations(PG_FUNCTION_ARGS)
  *-------------------------------------------------------------------------
  */
 
-#define VERSION_USAGE "idem_version_guard('column') on a smallint, integer or bigint column, BEFORE UPDATE FOR EACH ROW"
 
 /* A version as int64; a NULL version counts as 0 */
 static int64
@@ -673,14 +688,7 @@ idem_version_guard(PG_FUNCTION_ARGS)
 						  TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ? "UPDATE" : "DELETE"),
 				errhint("Use %s.", VERSION_USAGE));
 	if (tg->tgnargs > 1)
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("trigger \"%s\" on table \"%s\" takes at most one argument",
-					   tg->tgname, RelationGetRelationName(trigdata->tg_relation)),
-				errdetail_plural("It was created with %d argument.",
-								 "It was created with %d arguments.",
-								 tg->tgnargs, tg->tgnargs),
-				errhint("Use %s.", VERSION_USAGE));
+		bad_argument_count(trigdata, false);
 
 	column = tg->tgnargs == 1 ? tg->tgargs[0] : "version";
 	attno = guarded_column(trigdata, "idem_version_guard", column, VERSION_USAGE);

@@ -29,6 +29,28 @@
 #define ARG_KEY 0
 
 /*
+ * IK002 for fn: the key has no record (by_this_transaction false), or no
+ * claim of this transaction and no fence was given
+ */
+pg_noreturn static void
+not_claimed_error(const IdemKey *id, const char *fn, bool by_this_transaction)
+{
+	ereport(ERROR,
+			errcode(ERRCODE_IDEM_NOT_HELD),
+			by_this_transaction ?
+			errmsg("idempotency key is not claimed by this transaction") :
+			errmsg("idempotency key is not claimed"),
+			by_this_transaction ?
+			errdetail("Key \"%s\" in scope \"%s\" has no open claim made by idem_claim in this transaction.",
+					  id->key, id->scope) :
+			errdetail("Key \"%s\" in scope \"%s\" has no record.",
+					  id->key, id->scope),
+			by_this_transaction ?
+			errhint("Call %s in the transaction whose idem_claim answered \"claimed\", or pass the fence of a leased claim.", fn) :
+			errhint("Call %s only after idem_claim answered \"claimed\".", fn));
+}
+
+/*
  * A fenced write changed nothing: read the record and say why.  IK003 when
  * the record carries another fence: an older one was taken over (also when
  * the record has expired since), one that the record never issued (zero,
@@ -40,30 +62,24 @@ explain_refusal(const IdemKey *id, int64 fence, const char *fn)
 	IdemRecord	rec;
 
 	if (!idem_store_read(id, &rec))
-		ereport(ERROR,
-				errcode(ERRCODE_IDEM_NOT_HELD),
-				errmsg("idempotency key is not claimed"),
-				errdetail("Key \"%s\" in scope \"%s\" has no record.",
-						  id->key, id->scope),
-				errhint("Call %s only after idem_claim answered \"claimed\".", fn));
-	if (fence >= 1 && fence < rec.fence)
-	{
-		idem_count(IDEM_COUNT_STALE_FENCES);
-		ereport(ERROR,
-				errcode(ERRCODE_IDEM_STALE_FENCE),
-				errmsg("stale fence: the claim was taken over"),
-				errdetail("Key \"%s\" in scope \"%s\" has fence " INT64_FORMAT "; this call has fence " INT64_FORMAT ".",
-						  id->key, id->scope, rec.fence, fence),
-				errhint("Only the holder of the current fence may write; a worker whose lease was taken over must stop and record nothing."));
-	}
+		not_claimed_error(id, fn, false);
 	if (fence != rec.fence)
 	{
+		bool		taken_over = fence >= 1 && fence < rec.fence;
+
 		idem_count(IDEM_COUNT_STALE_FENCES);
 		ereport(ERROR,
 				errcode(ERRCODE_IDEM_STALE_FENCE),
+				taken_over ?
+				errmsg("stale fence: the claim was taken over") :
 				errmsg("fence does not match the claim"),
+				taken_over ?
+				errdetail("Key \"%s\" in scope \"%s\" has fence " INT64_FORMAT "; this call has fence " INT64_FORMAT ".",
+						  id->key, id->scope, rec.fence, fence) :
 				errdetail("Key \"%s\" in scope \"%s\" has fence " INT64_FORMAT "; this call has fence " INT64_FORMAT ", which the record has not issued.",
 						  id->key, id->scope, rec.fence, fence),
+				taken_over ?
+				errhint("Only the holder of the current fence may write; a worker whose lease was taken over must stop and record nothing.") :
 				errhint("Pass the fence that idem_claim returned; fences start at 1 and grow by one at each reclaim or takeover."));
 	}
 	if (rec.status == IDEM_SUCCEEDED || rec.status == IDEM_FAILED)
@@ -136,12 +152,7 @@ required_fence(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 						  id->key, id->scope, idem_status_names[rec.status], rec.fence),
 				errhint("Pass fence => the fence that your idem_claim returned."));
 	}
-	ereport(ERROR,
-			errcode(ERRCODE_IDEM_NOT_HELD),
-			errmsg("idempotency key is not claimed by this transaction"),
-			errdetail("Key \"%s\" in scope \"%s\" has no open claim made by idem_claim in this transaction.",
-					  id->key, id->scope),
-			errhint("Call %s in the transaction whose idem_claim answered \"claimed\", or pass the fence of a leased claim.", fn));
+	not_claimed_error(id, fn, true);
 	return 0;					/* keep compiler quiet */
 }
 
@@ -182,6 +193,20 @@ record_outcome(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 }
 
 /*
+ * The body of fn(key text, value jsonb, scope text, fence bigint): value
+ * (named value_arg) must not be NULL; it is the result or the detail.
+ */
+static void
+record_outcome_call(FunctionCallInfo fcinfo, const char *fn,
+					const char *value_arg, OutcomeKind kind)
+{
+	IdemKey		id = idem_get_key(fcinfo, ARG_KEY, 2, fn);
+
+	idem_require_arg(fcinfo, 1, value_arg, fn);
+	record_outcome(fcinfo, &id, 3, fn, kind, PG_GETARG_JSONB_P(1));
+}
+
+/*
  * idem_finish(key text, result jsonb, scope text, fence bigint)
  *	  RETURNS void
  *	  Record success: status succeeded, result replayed to duplicates.
@@ -194,11 +219,23 @@ PG_FUNCTION_INFO_V1(idem_finish);
 Datum
 idem_finish(PG_FUNCTION_ARGS)
 {
-	IdemKey		id = idem_get_key(fcinfo, ARG_KEY, 2, "idem_finish");
+	record_outcome_call(fcinfo, "idem_finish", "result", RECORD_SUCCEEDED);
+	PG_RETURN_VOID();
+}
 
-	idem_require_arg(fcinfo, 1, "result", "idem_finish");
-	record_outcome(fcinfo, &id, 3, "idem_finish", RECORD_SUCCEEDED,
-				   PG_GETARG_JSONB_P(1));
+/*
+ * idem_mark_unknown(key text, detail jsonb, scope text, fence bigint)
+ *	  RETURNS void
+ *	  The outcome of an external call is unknown: status unknown, detail
+ *	  stored in result, lease dropped.  Claims answer in_progress and the
+ *	  record never expires until a reconciler records the outcome with
+ *	  idem_finish or idem_fail (same fence).  Errors as for idem_finish.
+ */
+PG_FUNCTION_INFO_V1(idem_mark_unknown);
+Datum
+idem_mark_unknown(PG_FUNCTION_ARGS)
+{
+	record_outcome_call(fcinfo, "idem_mark_unknown", "detail", RECORD_UNKNOWN);
 	PG_RETURN_VOID();
 }
 
@@ -223,26 +260,6 @@ idem_fail(PG_FUNCTION_ARGS)
 				   PG_GETARG_BOOL(2) ? RELEASE_KEY : RECORD_FAILED,
 				   PG_GETARG_JSONB_P(1));
 	idem_count(IDEM_COUNT_FAILURES);
-	PG_RETURN_VOID();
-}
-
-/*
- * idem_mark_unknown(key text, detail jsonb, scope text, fence bigint)
- *	  RETURNS void
- *	  The outcome of an external call is unknown: status unknown, detail
- *	  stored in result, lease dropped.  Claims answer in_progress and the
- *	  record never expires until a reconciler records the outcome with
- *	  idem_finish or idem_fail (same fence).  Errors as for idem_finish.
- */
-PG_FUNCTION_INFO_V1(idem_mark_unknown);
-Datum
-idem_mark_unknown(PG_FUNCTION_ARGS)
-{
-	IdemKey		id = idem_get_key(fcinfo, ARG_KEY, 2, "idem_mark_unknown");
-
-	idem_require_arg(fcinfo, 1, "detail", "idem_mark_unknown");
-	record_outcome(fcinfo, &id, 3, "idem_mark_unknown", RECORD_UNKNOWN,
-				   PG_GETARG_JSONB_P(1));
 	PG_RETURN_VOID();
 }
 

@@ -26,14 +26,13 @@
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "port/atomics.h"
 #include "storage/condition_variable.h"
-#include "storage/ipc.h"
-#include "storage/lwlock.h"
-#include "storage/shmem.h"
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
 #include "outcome_wait.h"
+#include "shmem_blocks.h"
 
 #define OUTCOME_WAIT_SLOTS 128
 
@@ -50,37 +49,16 @@ static OutcomeWaitShared *outcome_wait_shared = NULL;
 static uint64 slots_to_wake[OUTCOME_WAIT_SLOTS / 64];
 static bool wake_pending = false;
 
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-
 static void
-outcome_wait_shmem_request(void)
+outcome_wait_shmem_init(void *block)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-	RequestAddinShmemSpace(MAXALIGN(sizeof(OutcomeWaitShared)));
-}
+	OutcomeWaitShared *shared = block;
 
-static void
-outcome_wait_shmem_startup(void)
-{
-	bool		found;
-	OutcomeWaitShared *shared;
-
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	shared = ShmemInitStruct("idempotency outcome waits",
-							 sizeof(OutcomeWaitShared), &found);
-	if (!found)
-		for (int i = 0; i < OUTCOME_WAIT_SLOTS; i++)
-		{
-			ConditionVariableInit(&shared->slots[i]);
-			pg_atomic_init_u64(&shared->generation[i], 0);
-		}
-	LWLockRelease(AddinShmemInitLock);
-	outcome_wait_shared = shared;
+	for (int i = 0; i < OUTCOME_WAIT_SLOTS; i++)
+	{
+		ConditionVariableInit(&shared->slots[i]);
+		pg_atomic_init_u64(&shared->generation[i], 0);
+	}
 }
 
 /* The slot of (scope, key): the scope's length keeps "a"+"bc" apart from "ab"+"c" */
@@ -124,12 +102,8 @@ void
 idem_outcome_wait_init(void)
 {
 	RegisterXactCallback(outcome_wait_xact_callback, NULL);
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = outcome_wait_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = outcome_wait_shmem_startup;
+	idem_shmem_register("idempotency outcome waits", sizeof(OutcomeWaitShared),
+						outcome_wait_shmem_init, (void **) &outcome_wait_shared);
 }
 
 /* 55000 unless the library was preloaded, so that waits can be woken */

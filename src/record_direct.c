@@ -400,6 +400,24 @@ write_layout(Relation heap, AclMode privileges)
 	return l;
 }
 
+/*
+ * Open relid with lock and return its layout when the direct path may serve
+ * this access (write_layout for a write, direct_layout for a read); NULL,
+ * with the table closed again, when it may not.
+ */
+static const RecordLayout *
+open_direct(Oid relid, LOCKMODE lock, AclMode privileges, bool write,
+			Relation *heap)
+{
+	const RecordLayout *l;
+
+	*heap = table_open(relid, lock);
+	l = write ? write_layout(*heap, privileges) : direct_layout(*heap, privileges);
+	if (l == NULL)
+		table_close(*heap, NoLock);
+	return l;
+}
+
 /* Scan keys for (scope, key) on the primary key index */
 static void
 pk_scan_keys(Relation index, const IdemKey *id, ScanKey skey)
@@ -460,22 +478,19 @@ varlena_copy(TupleTableSlot *slot, AttrNumber attno, MemoryContext context)
 DirectAnswer
 idem_direct_read(Oid relid, const IdemKey *id, IdemRecord *rec, MemoryContext context)
 {
-	Relation	heap = table_open(relid, AccessShareLock);
+	Relation	heap;
 	Relation	index;
 	const RecordLayout *l;
 	RecordColumns col;
 	ScanKeyData skey[2];
 	Snapshot	snapshot;
 	IndexScanDesc scan;
-	TupleTableSlot *slot;
 	DirectAnswer answer = DIRECT_NONE;
+	TupleTableSlot *slot;
 
-	l = direct_layout(heap, ACL_SELECT);
+	l = open_direct(relid, AccessShareLock, ACL_SELECT, false, &heap);
 	if (l == NULL)
-	{
-		table_close(heap, NoLock);
 		return DIRECT_NOT_USED;
-	}
 	col = l->col;
 	index = index_open(l->pk_index, AccessShareLock);
 	pk_scan_keys(index, id, skey);
@@ -876,7 +891,7 @@ DirectAnswer
 idem_direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
 				   const IdemClaimSpec *t)
 {
-	Relation	heap = table_open(relid, RowExclusiveLock);
+	Relation	heap;
 	const RecordLayout *l;
 	RecordColumns col;
 	AttrNumber	inserted[9];
@@ -885,12 +900,9 @@ idem_direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
 	TupleTableSlot *slot;
 	DirectAnswer answer = DIRECT_FOUND;
 
-	l = write_layout(heap, ACL_INSERT);
+	l = open_direct(relid, RowExclusiveLock, ACL_INSERT, true, &heap);
 	if (l == NULL)
-	{
-		table_close(heap, NoLock);
 		return DIRECT_NOT_USED;
-	}
 	col = l->col;
 	/* the columns the SQL's INSERT names */
 	inserted[0] = col.scope;
@@ -1011,6 +1023,22 @@ outcome_version(TupleTableSlot *old, TupleTableSlot *new, const RecordLayout *l,
 }
 
 /*
+ * 40001 under REPEATABLE READ or SERIALIZABLE when another transaction
+ * deleted or updated the record since the snapshot, as nodeModifyTable.c
+ * raises it
+ */
+static void
+refuse_under_xact_snapshot(bool deleted)
+{
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				deleted ?
+				errmsg("could not serialize access due to concurrent delete") :
+				errmsg("could not serialize access due to concurrent update"));
+}
+
+/*
  * idem_store_set_outcome's direct path: the UPDATE of PLAN_SET_OUTCOME in
  * record_store.c, to the version of the record a new statement snapshot
  * sees, if it carries fence and has no final outcome.  A version that a
@@ -1024,9 +1052,9 @@ DirectAnswer
 idem_direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 						IdemStatus status, Jsonb *result, TimestampTz now)
 {
-	Relation	heap = table_open(relid, RowExclusiveLock);
+	Relation	heap;
 	Relation	index;
-	const RecordLayout *l = write_layout(heap, ACL_SELECT | ACL_UPDATE);
+	const RecordLayout *l;
 	ScanKeyData skey[2];
 	AttrNumber	changed[5];
 	DirectWrite w;
@@ -1035,11 +1063,9 @@ idem_direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 	TupleTableSlot *new;
 	DirectAnswer answer = DIRECT_NONE;
 
+	l = open_direct(relid, RowExclusiveLock, ACL_SELECT | ACL_UPDATE, true, &heap);
 	if (l == NULL)
-	{
-		table_close(heap, NoLock);
 		return DIRECT_NOT_USED;
-	}
 	/* a table published for updates must say how to identify its rows */
 	CheckCmdReplicaIdentity(heap, CMD_UPDATE);
 	changed[0] = l->col.status;
@@ -1084,16 +1110,10 @@ idem_direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 				answer = DIRECT_FOUND;
 				break;
 			case TM_Deleted:
-				if (IsolationUsesXactSnapshot())
-					ereport(ERROR,
-							errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-							errmsg("could not serialize access due to concurrent delete"));
+				refuse_under_xact_snapshot(true);
 				break;
 			case TM_Updated:
-				if (IsolationUsesXactSnapshot())
-					ereport(ERROR,
-							errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-							errmsg("could not serialize access due to concurrent update"));
+				refuse_under_xact_snapshot(false);
 				/* the newest version of this row, locked, judged again */
 				locked = table_tuple_lock(heap, &old->tts_tid, w.estate->es_snapshot,
 										  old, w.estate->es_output_cid, lockmode,

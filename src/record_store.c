@@ -248,13 +248,7 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 };
 
 static SPIPlanPtr plans[NUM_PLANS];
-static SavedPlans store_plans = {
-	.table = "idempotent_record",
-	.defs = plan_defs,
-	.nplans = NUM_PLANS,
-	.plans = plans,
-	.namespace = InvalidOid
-};
+static SavedPlans store_plans = SAVED_PLANS_INIT("idempotent_record", plan_defs, plans);
 
 /*
  * State of the innermost idem_store_begin .. idem_store_end bracket, and of the
@@ -726,6 +720,19 @@ idem_store_read(const IdemKey *id, IdemRecord *rec)
 	return true;
 }
 
+/* The first parameters of every claim write: $1 .. $5 */
+static void
+claim_values(const IdemKey *id, bytea *fingerprint, const IdemClaimSpec *t,
+			 Datum *values, char *nulls)
+{
+	id_values(id, values);
+	values[2] = PointerGetDatum(fingerprint);
+	if (fingerprint == NULL)
+		nulls[2] = 'n';
+	values[3] = TimestampTzGetDatum(t->now);
+	values[4] = TimestampTzGetDatum(t->expires_at);
+}
+
 /*
  * Insert a new in-progress record with fence 1.  Like any INSERT into a
  * unique index it waits for an uncommitted duplicate; returns false when a
@@ -745,12 +752,7 @@ idem_store_insert(const IdemKey *id, bytea *fingerprint, const IdemClaimSpec *t)
 		direct_answered(idem_direct_insert(store_relid(), id, fingerprint, t), &inserted))
 		return inserted;
 
-	id_values(id, values);
-	values[2] = PointerGetDatum(fingerprint);
-	if (fingerprint == NULL)
-		nulls[2] = 'n';
-	values[3] = TimestampTzGetDatum(t->now);
-	values[4] = TimestampTzGetDatum(t->expires_at);
+	claim_values(id, fingerprint, t, values, nulls);
 	values[5] = TimestampTzGetDatum(t->locked_until);
 	if (!t->leased)
 		nulls[5] = 'n';
@@ -767,12 +769,7 @@ store_reclaim(StorePlanId plan, const IdemKey *id, int64 seen_fence,
 	char		nulls[8] = "        ";
 	bool		isnull;
 
-	id_values(id, values);
-	values[2] = PointerGetDatum(fingerprint);
-	if (fingerprint == NULL)
-		nulls[2] = 'n';
-	values[3] = TimestampTzGetDatum(t->now);
-	values[4] = TimestampTzGetDatum(t->expires_at);
+	claim_values(id, fingerprint, t, values, nulls);
 	values[5] = Int64GetDatum(seen_fence);
 	values[6] = TimestampTzGetDatum(t->locked_until);
 	if (!t->leased)
@@ -816,6 +813,20 @@ idem_store_take_over(const IdemKey *id, int64 seen_fence, bytea *fingerprint,
  * (the caller then reads the record to say why).
  */
 
+/* Run a fenced write whose plan takes scope, key, fence and two values */
+static bool
+fenced_write(StorePlanId plan, const IdemKey *id, int64 fence, Datum value3,
+			 Datum value4)
+{
+	Datum		values[5];
+
+	id_values(id, values);
+	values[2] = Int64GetDatum(fence);
+	values[3] = value3;
+	values[4] = value4;
+	return store_exec(plan, values, NULL, SPI_OK_UPDATE) == 1;
+}
+
 /* Record an outcome (succeeded, failed or unknown) */
 bool
 idem_store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
@@ -844,13 +855,8 @@ idem_store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
 bool
 idem_store_release(const IdemKey *id, int64 fence, Jsonb *reason, TimestampTz now)
 {
-	Datum		values[5];
-
-	id_values(id, values);
-	values[2] = Int64GetDatum(fence);
-	values[3] = TimestampTzGetDatum(now);
-	values[4] = JsonbPGetDatum(reason);
-	return store_exec(PLAN_RELEASE, values, NULL, SPI_OK_UPDATE) == 1;
+	return fenced_write(PLAN_RELEASE, id, fence, TimestampTzGetDatum(now),
+						JsonbPGetDatum(reason));
 }
 
 /* Save the recovery point of an in-progress claim */
@@ -858,13 +864,9 @@ bool
 idem_store_checkpoint(const IdemKey *id, int64 fence, const char *recovery_point,
 					  TimestampTz now)
 {
-	Datum		values[5];
-
-	id_values(id, values);
-	values[2] = Int64GetDatum(fence);
-	values[3] = CStringGetTextDatum(recovery_point);
-	values[4] = TimestampTzGetDatum(now);
-	return store_exec(PLAN_CHECKPOINT, values, NULL, SPI_OK_UPDATE) == 1;
+	return fenced_write(PLAN_CHECKPOINT, id, fence,
+						CStringGetTextDatum(recovery_point),
+						TimestampTzGetDatum(now));
 }
 
 /* Move the lease end of a leased in-progress claim to locked_until */
@@ -872,13 +874,9 @@ bool
 idem_store_extend_lease(const IdemKey *id, int64 fence, TimestampTz locked_until,
 						TimestampTz now)
 {
-	Datum		values[5];
-
-	id_values(id, values);
-	values[2] = Int64GetDatum(fence);
-	values[3] = TimestampTzGetDatum(locked_until);
-	values[4] = TimestampTzGetDatum(now);
-	return store_exec(PLAN_EXTEND_LEASE, values, NULL, SPI_OK_UPDATE) == 1;
+	return fenced_write(PLAN_EXTEND_LEASE, id, fence,
+						TimestampTzGetDatum(locked_until),
+						TimestampTzGetDatum(now));
 }
 
 /* Delete up to batch_size records expired at now; returns how many */

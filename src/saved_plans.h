@@ -25,6 +25,10 @@ typedef struct SavedPlans
 	Oid			namespace;		/* schema the plans were prepared for */
 } SavedPlans;
 
+/* A SavedPlans for table, its plans defined by defs[] and kept in plans[] */
+#define SAVED_PLANS_INIT(table_name, defs_array, plans_array) \
+	{(table_name), (defs_array), lengthof(defs_array), (plans_array), InvalidOid}
+
 extern uint64 idem_saved_plan_exec(SavedPlans *set, int id, Oid namespace,
 								   Datum *values, const char *nulls, int expected);
 

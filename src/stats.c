@@ -14,11 +14,9 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
-#include "storage/ipc.h"
-#include "storage/lwlock.h"
-#include "storage/shmem.h"
 #include "utils/timestamp.h"
 
+#include "shmem_blocks.h"
 #include "stats.h"
 
 /* The shared block: the counters and when they were last reset */
@@ -31,59 +29,26 @@ typedef struct IdemSharedStats
 /* NULL unless the library was preloaded (then set in every process) */
 static IdemSharedStats *idem_shared_stats = NULL;
 
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-
-/* shmem_request_hook: reserve the block, after earlier hooks */
+/* Set up the counters: zero, reset now (a crash restart starts afresh) */
 static void
-stats_shmem_request(void)
+stats_shmem_init(void *block)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-	RequestAddinShmemSpace(MAXALIGN(sizeof(IdemSharedStats)));
+	IdemSharedStats *stats = block;
+
+	for (int i = 0; i < IDEM_NUM_COUNTERS; i++)
+		pg_atomic_init_u64(&stats->counters[i], 0);
+	pg_atomic_init_u64(&stats->reset_at, (uint64) GetCurrentTimestamp());
 }
 
 /*
- * shmem_startup_hook: attach to the block, and set it up when this is the
- * first process to see it (the postmaster; after a crash restart, a new
- * block starts from zero).
- */
-static void
-stats_shmem_startup(void)
-{
-	bool		found;
-	IdemSharedStats *stats;
-
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	stats = ShmemInitStruct("idempotency counters", sizeof(IdemSharedStats),
-							&found);
-	if (!found)
-	{
-		for (int i = 0; i < IDEM_NUM_COUNTERS; i++)
-			pg_atomic_init_u64(&stats->counters[i], 0);
-		pg_atomic_init_u64(&stats->reset_at, (uint64) GetCurrentTimestamp());
-	}
-	LWLockRelease(AddinShmemInitLock);
-	idem_shared_stats = stats;
-}
-
-/*
- * Called from _PG_init.  Installs the shared memory hooks when the library
- * is being loaded through shared_preload_libraries; otherwise does nothing
- * and the counters stay unavailable.
+ * Called from _PG_init: the counters live in shared memory when the library
+ * is preloaded; otherwise they stay unavailable.
  */
 void
 idem_stats_init(void)
 {
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = stats_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = stats_shmem_startup;
+	idem_shmem_register("idempotency counters", sizeof(IdemSharedStats),
+						stats_shmem_init, (void **) &idem_shared_stats);
 }
 
 /* Add n to counter c; a no-op when the library was not preloaded */

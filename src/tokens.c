@@ -87,13 +87,8 @@ static const SavedPlanDef token_plan_defs[NUM_TOKEN_PLANS] = {
 };
 
 static SPIPlanPtr token_plan_cache[NUM_TOKEN_PLANS];
-static SavedPlans token_plans = {
-	.table = "idempotency_token",
-	.defs = token_plan_defs,
-	.nplans = NUM_TOKEN_PLANS,
-	.plans = token_plan_cache,
-	.namespace = InvalidOid
-};
+static SavedPlans token_plans = SAVED_PLANS_INIT("idempotency_token", token_plan_defs,
+												 token_plan_cache);
 
 /* Run plan id against the idempotency_token table of fn's schema */
 static uint64
