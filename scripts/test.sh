@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 
 ensure_packages "${IDEM_PACKAGES[@]}" || exit 1
 build_and_install || exit 1
-# preloaded, so that idempotency_stats has its shared counters (sql/stats.sql)
+# preloaded and with prepared transactions (cluster.sh sets them), for the
+# tests in the Makefile's REGRESS_PRELOAD and ISOLATION_PRELOAD
 cluster_start "shared_preload_libraries = 'idempotency'" || exit 1
 
 passed=0

@@ -5,28 +5,31 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemTest;
 
-my $node = PostgreSQL::Test::Cluster->new('purge_cron');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'pg_cron'
-cron.database_name = 'postgres'
-cron.use_background_workers = on
-max_worker_processes = 20
-});
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION pg_cron');
-$node->safe_psql('postgres', 'CREATE EXTENSION idempotency');
+my $node = idem_node('purge_cron',
+	preload    => ['pg_cron'],
+	conf       => "cron.database_name = 'postgres'\ncron.use_background_workers = on\n"
+	  . "max_worker_processes = 20\n",
+	extensions => ['pg_cron']);
 
-$node->safe_psql('postgres', q{
-INSERT INTO idempotent_record (key, status, fence, locked_until, created_at, updated_at, expires_at)
-SELECT 'old-' || i, 'succeeded', 1, NULL, now(), now(), now() - interval '1 hour'
-  FROM generate_series(1, 2500) i;
-INSERT INTO idempotent_record (key, status, fence, locked_until, created_at, updated_at, expires_at) VALUES
-    ('fresh',       'succeeded',   1, NULL,                      now(), now(), now() + interval '1 day'),
-    ('leased-live', 'in_progress', 1, now() + interval '1 hour', now(), now(), now() - interval '1 hour'),
-    ('unknown',     'unknown',     1, NULL,                      now(), now(), now() - interval '1 hour');
-});
+# (key, status, lease end, expiry), times from now: 2500 expired records
+# the purge removes, and the three it must leave (an unexpired record, a
+# live lease, an unknown outcome)
+my @records = (
+	(map { [ "old-$_", 'succeeded', undef, '-1 hour' ] } 1 .. 2500),
+	[ 'fresh',       'succeeded',   undef,    '1 day' ],
+	[ 'leased-live', 'in_progress', '1 hour', '-1 hour' ],
+	[ 'unknown',     'unknown',     undef,    '-1 hour' ]);
+$node->safe_psql('postgres',
+	'INSERT INTO idempotent_record (key, status, fence, locked_until, created_at, updated_at, expires_at) VALUES '
+	  . join(",\n", map {
+		  my ($key, $status, $lease, $expiry) = @$_;
+		  my $locked_until = defined $lease ? "now() + interval '$lease'" : 'NULL';
+		  "('$key', '$status', 1, $locked_until, now(), now(), now() + interval '$expiry')"
+	  } @records));
 
 # the schedule from the README
 $node->safe_psql('postgres',

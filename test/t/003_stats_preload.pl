@@ -8,11 +8,11 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemTest;
 
-my $node = PostgreSQL::Test::Cluster->new('stats_preload');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION idempotency');
+my $node = idem_node('stats_preload');
 
 my $claim = q{
 BEGIN;
@@ -24,8 +24,7 @@ COMMIT;
 # 1. not preloaded
 foreach my $sql ('SELECT * FROM idempotency_stats', 'SELECT idem_stats_reset()')
 {
-	my ($rc, $out, $err) = $node->psql('postgres',
-		"\\set VERBOSITY verbose\n$sql");
+	my ($rc, $out, $err) = psql_verbose($node, $sql);
 	isnt($rc, 0, "$sql fails without shared_preload_libraries");
 	like($err, qr/ERROR:  55000: idempotency counters are not available/,
 		'... with 55000 object_not_in_prerequisite_state');
@@ -33,8 +32,8 @@ foreach my $sql ('SELECT * FROM idempotency_stats', 'SELECT idem_stats_reset()')
 		'... and a hint to preload the library');
 }
 {
-	my ($rc, $out, $err) = $node->psql('postgres',
-		"\\set VERBOSITY verbose\nSELECT * FROM idem_claim('w', lease => '1 minute', wait_for_outcome => '1 second')");
+	my ($rc, $out, $err) = psql_verbose($node,
+		"SELECT * FROM idem_claim('w', lease => '1 minute', wait_for_outcome => '1 second')");
 	isnt($rc, 0, 'a claim with wait_for_outcome fails without shared_preload_libraries');
 	like($err, qr/ERROR:  55000: wait_for_outcome needs the idempotency library preloaded/,
 		'... with 55000 object_not_in_prerequisite_state');

@@ -1,4 +1,4 @@
-# case_24: purge under load stays small and never touches a live lease.
+# Purge under load stays small and never touches a live lease.
 # Many expired records, one live leased claim, and concurrent claims of new
 # keys (pgbench) while idem_purge_all deletes in small batches: the purge
 # finishes, the live claim survives, every claim succeeds, and no session
@@ -10,17 +10,13 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemTest;
 
 my $expired = 200_000;
 
-my $node = PostgreSQL::Test::Cluster->new('purge_load');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-log_lock_waits = on
-deadlock_timeout = '20ms'
-});
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION idempotency');
+my $node = idem_node('purge_load', conf => "log_lock_waits = on\ndeadlock_timeout = '20ms'\n");
 $node->safe_psql('postgres', qq{
 INSERT INTO idempotent_record (key, status, result, fence, created_at, updated_at, expires_at)
 SELECT 'old-' || i, 'succeeded', '{"order": 1}', 1, now(), now(), now() - interval '1 hour'

@@ -10,13 +10,12 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemTest;
 
-my $node = PostgreSQL::Test::Cluster->new('huge_values');
-$node->init;
 # until the replay of large values is fixed, a crash must not end the run
-$node->append_conf('postgresql.conf', "log_statement = none\nrestart_after_crash = on\n");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION idempotency');
+my $node = idem_node('huge_values', conf => "log_statement = none\nrestart_after_crash = on\n");
 
 sub replay_ok
 {

@@ -10,6 +10,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemTest;
 
 # one request of each kind: in-transaction claim and finish, leased claim
 # and finish, a replay, and a purge of two expired records
@@ -27,20 +30,19 @@ UPDATE idempotent_record SET expires_at = now() - interval '1 second',
 SELECT idem_purge(10);
 };
 
+# a cluster for each library that hooks the executor, preloaded before the
+# extension
+my ($audited, $counted) = map {
+	my ($library, $conf) = @$_;
+	idem_node($library, preload => [ $library, 'idempotency' ], conf => $conf,
+		extensions => [$library]);
+} ([ 'pgaudit', "pgaudit.role = 'regress_auditor'\npgaudit.log_parameter = off\n" ],
+   [ 'pg_stat_statements', "pg_stat_statements.track = all\n" ]);
+
 ###############################################################################
 # pgaudit: object audit log of idempotent_record
 ###############################################################################
-my $audited = PostgreSQL::Test::Cluster->new('pgaudit');
-$audited->init;
-$audited->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'pgaudit, idempotency'
-pgaudit.role = 'regress_auditor'
-pgaudit.log_parameter = off
-});
-$audited->start;
 $audited->safe_psql('postgres', q{
-CREATE EXTENSION pgaudit;
-CREATE EXTENSION idempotency;
 CREATE ROLE regress_auditor NOLOGIN;
 GRANT INSERT, UPDATE, DELETE ON idempotent_record TO regress_auditor;
 });
@@ -59,18 +61,6 @@ $audited->stop;
 ###############################################################################
 # pg_stat_statements: the direct path stays on
 ###############################################################################
-my $counted = PostgreSQL::Test::Cluster->new('pg_stat_statements');
-$counted->init;
-$counted->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'pg_stat_statements, idempotency'
-pg_stat_statements.track = all
-});
-$counted->start;
-$counted->safe_psql('postgres', q{
-CREATE EXTENSION pg_stat_statements;
-CREATE EXTENSION idempotency;
-});
-
 # how many of the extension's statements (planned SQL on the record table)
 # ran since the last call
 sub extension_statements

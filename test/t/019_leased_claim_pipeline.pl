@@ -10,11 +10,11 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemTest;
 
-my $node = PostgreSQL::Test::Cluster->new('leased_claim_pipeline');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION idempotency');
+my $node = idem_node('leased_claim_pipeline');
 
 # one pgbench transaction of the given script; returns its stderr
 sub pipeline
