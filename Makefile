@@ -22,8 +22,7 @@ endif
 # the first call) or max_prepared_transactions > 0.  `make installcheck`
 # leaves them out, so it passes against any server; regresscheck and
 # isolationcheck (make test, on the preloaded server it starts) run them all.
-REGRESS_PRELOAD   = bad_input commit_guard fence_never_issued stats surface \
-                    wait_for_outcome
+REGRESS_PRELOAD   = prepared_transaction_guard stats wait_for_outcome
 ISOLATION_PRELOAD = stats_waits wait_for_outcome
 REGRESS_ALL    = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 ISOLATION_ALL  = $(patsubst test/specs/%.spec,%,$(sort $(wildcard test/specs/*.spec)))

@@ -63,14 +63,13 @@ SELECT fn, arg, pg_temp.try(sql) AS answer FROM (SELECT * FROM (VALUES
  (44, 'idem_transition', 'from_states', $$SELECT idem_transition('bim_orders', 1, 'paid', NULL)$$),
  (45, 'idem_transition', 'from_states element', $$SELECT idem_transition('bim_orders', 1, 'paid', ARRAY['pending', NULL])$$),
  (46, 'idem_transition', 'status_column', $$SELECT idem_transition('bim_orders', 1, 'paid', ARRAY['pending'], NULL)$$),
- (47, 'idem_stats', '(none)', $$SELECT claims >= 0 FROM idem_stats()$$),
- (48, 'idem_transition_guard', 'called directly', $$SELECT idem_transition_guard()$$),
- (49, 'idem_version_guard', 'called directly', $$SELECT idem_version_guard()$$),
- (50, 'idem_shard_probe', 'shard', $$SELECT idem_shard_probe(NULL, '', 'k')$$),
- (51, 'idem_shard_probe', 'scope', $$SELECT idem_shard_probe(1, NULL, 'k')$$),
- (52, 'idem_shard_probe', 'key', $$SELECT idem_shard_probe(1, '', NULL)$$),
- (53, 'idem_shard_probe', '(no Citus shard here)', $$SELECT idem_shard_probe(1, '', 'k')$$),
- (54, 'idem_pending_at', 'at (unknown records only)', $$SELECT count(*) FROM idem_pending_at(NULL)$$)
+ (47, 'idem_transition_guard', 'called directly', $$SELECT idem_transition_guard()$$),
+ (48, 'idem_version_guard', 'called directly', $$SELECT idem_version_guard()$$),
+ (49, 'idem_shard_probe', 'shard', $$SELECT idem_shard_probe(NULL, '', 'k')$$),
+ (50, 'idem_shard_probe', 'scope', $$SELECT idem_shard_probe(1, NULL, 'k')$$),
+ (51, 'idem_shard_probe', 'key', $$SELECT idem_shard_probe(1, '', NULL)$$),
+ (52, 'idem_shard_probe', '(no Citus shard here)', $$SELECT idem_shard_probe(1, '', 'k')$$),
+ (53, 'idem_pending_at', 'at (unknown records only)', $$SELECT count(*) FROM idem_pending_at(NULL)$$)
 ) AS m(ord, fn, arg, sql)
 UNION ALL
 -- the functions that write an outcome or a lease: key, their second

@@ -27,20 +27,6 @@ COMMIT;
 :sqlstate
 SELECT count(*) AS records FROM idempotent_record;
 
--- PREPARE TRANSACTION is refused the same way
-BEGIN;
-SELECT outcome FROM idem_claim('g4');
-PREPARE TRANSACTION 'idem_guard';
-:sqlstate
-SELECT count(*) AS prepared FROM pg_prepared_xacts WHERE gid = 'idem_guard';
--- with the outcome recorded it prepares and commits
-BEGIN;
-SELECT outcome FROM idem_claim('g4');
-SELECT idem_finish('g4', '{"prepared": true}');
-PREPARE TRANSACTION 'idem_guard';
-COMMIT PREPARED 'idem_guard';
-SELECT outcome, result FROM idem_claim('g4');
-
 -- a claim rolled back with its transaction, or with a subtransaction, is
 -- forgotten: it leaves no record, and COMMIT succeeds
 BEGIN;

@@ -68,8 +68,12 @@ SELECT idem_finish('s-1', '{"again": true}');
 COMMIT;
 :counters;
 
--- a write with a stale fence is refused and counted
+-- a write with a stale fence is refused and counted, and so is one with a
+-- fence the record never issued
 SELECT idem_finish('s-5', '{"by": "the first worker"}', fence => 1);
+:sqlstate
+SELECT stale_fences FROM idempotency_stats;
+SELECT idem_finish('s-5', '{"by": "nobody"}', fence => 0);
 :sqlstate
 SELECT stale_fences FROM idempotency_stats;
 

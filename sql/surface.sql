@@ -1,6 +1,9 @@
 -- The SQL surface of the extension as a user sees it: its objects, the
 -- types and tables as \d shows them, every function's arguments, result
 -- and attributes, comments, pg_dump registration and settings.
+-- (LOAD: the settings are defined when the library is loaded, which a
+-- server without shared_preload_libraries has not done yet)
+LOAD 'idempotency';
 \dx+ idempotency
 SELECT enum_range(NULL::idem_status) AS idem_status_labels;
 \d idem_claim_result
