@@ -1,9 +1,9 @@
 /*
  * compat.h
- *	  Every difference between the PostgreSQL majors the extension builds
+ *	  The differences between the PostgreSQL majors the extension builds
  *	  against (15 to 18), so that the rest of the tree calls one API.  Most
  *	  are the executor and access method calls of the direct path
- *	  (record_direct.c).
+ *	  (record_direct.c); pg_noreturn alone is in idempotency.h.
  */
 #ifndef IDEMPOTENCY_COMPAT_H
 #define IDEMPOTENCY_COMPAT_H
@@ -19,11 +19,6 @@
 #include "utils/guc.h"
 #include "utils/guc_tables.h"
 #include "utils/relcache.h"
-
-/* 18 replaced pg_attribute_noreturn() (after the declarator) by a prefix */
-#ifndef pg_noreturn
-#define pg_noreturn pg_attribute_noreturn()
-#endif
 
 /* 16 folded the per-object ACL checks into object_aclcheck */
 static inline AclResult

@@ -12,15 +12,15 @@
 
 #include "common/cryptohash.h"
 #include "common/sha2.h"
-#include "utils/jsonb.h"
 #include "fmgr.h"
 #include "port/pg_bswap.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
 #include "utils/numeric.h"
 
-
+/* Feed len bytes of data to the SHA-256 context */
 static void
-hash_bytes(pg_cryptohash_ctx *ctx, const void *data, size_t len)
+digest_bytes(pg_cryptohash_ctx *ctx, const void *data, size_t len)
 {
 	if (pg_cryptohash_update(ctx, data, len) < 0)
 		elog(ERROR, "could not update SHA-256 context: %s",
@@ -33,8 +33,8 @@ hash_header(pg_cryptohash_ctx *ctx, char tag, uint32 n)
 {
 	uint32		be = pg_hton32(n);
 
-	hash_bytes(ctx, &tag, 1);
-	hash_bytes(ctx, &be, sizeof(be));
+	digest_bytes(ctx, &tag, 1);
+	digest_bytes(ctx, &be, sizeof(be));
 }
 
 static void
@@ -50,14 +50,14 @@ hash_scalar(pg_cryptohash_ctx *ctx, JsonbValue *v)
 			break;
 		case jbvString:
 			hash_header(ctx, 's', v->val.string.len);
-			hash_bytes(ctx, v->val.string.val, v->val.string.len);
+			digest_bytes(ctx, v->val.string.val, v->val.string.len);
 			break;
 		case jbvNumeric:
 			{
 				char	   *digits = numeric_normalize(v->val.numeric);
 
 				hash_header(ctx, 'n', strlen(digits));
-				hash_bytes(ctx, digits, strlen(digits));
+				digest_bytes(ctx, digits, strlen(digits));
 				pfree(digits);
 				break;
 			}
@@ -110,7 +110,7 @@ idem_fingerprint(PG_FUNCTION_ARGS)
 				break;
 			case WJB_KEY:
 				hash_header(ctx, 'k', v.val.string.len);
-				hash_bytes(ctx, v.val.string.val, v.val.string.len);
+				digest_bytes(ctx, v.val.string.val, v.val.string.len);
 				break;
 			case WJB_VALUE:
 			case WJB_ELEM:

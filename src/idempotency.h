@@ -11,6 +11,15 @@
 #include "datatype/timestamp.h"
 #include "utils/jsonb.h"
 
+/*
+ * 18 replaced pg_attribute_noreturn() (after the declarator) by a prefix;
+ * the one version difference outside compat.h, because the shared
+ * declarations need it
+ */
+#ifndef pg_noreturn
+#define pg_noreturn pg_attribute_noreturn()
+#endif
+
 /* SQLSTATEs of the contract (README "SQLSTATE to HTTP"; HTTP mapping in brackets) */
 #define ERRCODE_IDEM_FINGERPRINT_MISMATCH	MAKE_SQLSTATE('I','K','0','0','1')	/* 422 */
 #define ERRCODE_IDEM_NOT_HELD				MAKE_SQLSTATE('I','K','0','0','2')	/* 409 */

@@ -15,7 +15,6 @@
 #include "utils/resowner.h"
 #include "utils/tuplestore.h"
 
-#include "compat.h"
 #include "idempotency.h"
 
 extern void idem_store_begin(Oid extension_function, bool nowait,
