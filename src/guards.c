@@ -31,7 +31,7 @@ idem_guard_trigger_data(FunctionCallInfo fcinfo, const char *fn)
 	return trigdata;
 }
 
-/* Raise 22023 for a bad argument of the trigger */
+/* Raise 22023 for a bad argument of the trigger; detail comes translated */
 void
 idem_guard_bad_argument(TriggerData *trigdata, const char *fn, const char *arg,
 						const char *detail, const char *hint)
@@ -55,7 +55,7 @@ idem_guard_column(TriggerData *trigdata, const char *fn, const char *column,
 
 	if (attno <= 0)
 		idem_guard_bad_argument(trigdata, fn, column,
-								psprintf("Table \"%s\" has no column \"%s\".",
+								psprintf(_("Table \"%s\" has no column \"%s\"."),
 										 RelationGetRelationName(trigdata->tg_relation),
 										 column),
 								usage);

@@ -76,7 +76,7 @@ check_state(TriggerData *trigdata, Oid enum_type, const char *arg,
 		!SearchSysCacheExists2(ENUMTYPOIDNAME, ObjectIdGetDatum(enum_type),
 							   CStringGetDatum(state)))
 		idem_guard_bad_argument(trigdata, "idem_transition_guard", arg,
-							 psprintf("\"%s\" is not a label of enum %s.",
+							 psprintf(_("\"%s\" is not a label of enum %s."),
 									  state, format_type_be(enum_type)),
 							 TRANSITION_USAGE);
 }
@@ -121,13 +121,16 @@ declared_trigger(Oid tgoid, Oid *relid)
  * (a trigger cloned onto a table attached as a partition later).
  */
 #define ON_PARTITION_DETAIL \
-	"It is declared on a partition, so it does not see the rows that an UPDATE moves into or out of that partition."
+	_("It is declared on a partition, so it does not see the rows that an UPDATE moves into or out of that partition.")
 #define AFTER_WITHOUT_MOVES_DETAIL \
-	"On a partitioned table, an UPDATE that moves a row to another partition fires the AFTER DELETE and AFTER INSERT triggers of the partitions, not AFTER UPDATE."
+	_("On a partitioned table, an UPDATE that moves a row to another partition fires the AFTER DELETE and AFTER INSERT triggers of the partitions, not AFTER UPDATE.")
 #define AFTER_WITHOUT_MOVES_HINT \
-	"Declare it AFTER INSERT OR UPDATE OR DELETE FOR EACH ROW, or BEFORE UPDATE when it lists no initial states."
+	_("Declare it AFTER INSERT OR UPDATE OR DELETE FOR EACH ROW, or BEFORE UPDATE when it lists no initial states.")
 
-/* Raise 39P01: trigger tgname on relid, as declared, would not see every write */
+/*
+ * Raise 39P01: trigger tgname on relid, as declared, would not see every
+ * write; detail and hint come translated
+ */
 static void
 refuse_trigger(const char *tgname, Oid relid, const char *column,
 			   const char *detail, const char *hint)
@@ -172,25 +175,25 @@ check_declaration(TriggerData *trigdata, TransitionSpec *spec)
 		spec->root_tgoid = declared_trigger(tg->tgoid, &spec->declared_on);
 		if (get_rel_relispartition(spec->declared_on))
 			refuse_declaration(trigdata, spec, ON_PARTITION_DETAIL,
-							   psprintf("Create the trigger on the partitioned table \"%s\".",
+							   psprintf(_("Create the trigger on the partitioned table \"%s\"."),
 										get_rel_name(llast_oid(get_partition_ancestors(spec->declared_on)))));
 	}
 	if (TRIGGER_FOR_INSTEAD(tg->tgtype))
 		refuse_declaration(trigdata, spec,
-						   "An INSTEAD OF trigger replaces the write it would have to check.",
-						   "Create it on the table behind the view, AFTER INSERT OR UPDATE FOR EACH ROW.");
+						   _("An INSTEAD OF trigger replaces the write it would have to check."),
+						   _("Create it on the table behind the view, AFTER INSERT OR UPDATE FOR EACH ROW."));
 	if (!TRIGGER_FOR_UPDATE(tg->tgtype))
 		refuse_declaration(trigdata, spec,
-						   "It does not fire on UPDATE, so no transition would be checked.",
-						   "Declare it BEFORE UPDATE, or AFTER INSERT OR UPDATE when it lists initial states.");
+						   _("It does not fire on UPDATE, so no transition would be checked."),
+						   _("Declare it BEFORE UPDATE, or AFTER INSERT OR UPDATE when it lists initial states."));
 	if (spec->restricts_insert && !TRIGGER_FOR_INSERT(tg->tgtype))
 		refuse_declaration(trigdata, spec,
-						   "It lists initial states ('>state') but does not fire on INSERT, so they would not be checked.",
-						   "Declare it AFTER INSERT OR UPDATE FOR EACH ROW.");
+						   _("It lists initial states ('>state') but does not fire on INSERT, so they would not be checked."),
+						   _("Declare it AFTER INSERT OR UPDATE FOR EACH ROW."));
 	if (spec->restricts_insert && TRIGGER_FOR_BEFORE(tg->tgtype))
 		refuse_declaration(trigdata, spec,
-						   "It lists initial states ('>state'), and a BEFORE INSERT trigger sees the row that INSERT ... ON CONFLICT DO UPDATE proposes before it is known whether that row is inserted or updates an existing row.",
-						   "Declare it AFTER INSERT OR UPDATE FOR EACH ROW: AFTER INSERT fires for the rows actually inserted.");
+						   _("It lists initial states ('>state'), and a BEFORE INSERT trigger sees the row that INSERT ... ON CONFLICT DO UPDATE proposes before it is known whether that row is inserted or updates an existing row."),
+						   _("Declare it AFTER INSERT OR UPDATE FOR EACH ROW: AFTER INSERT fires for the rows actually inserted."));
 	spec->pairs_moves = rel->rd_rel->relispartition && TRIGGER_FOR_AFTER(tg->tgtype);
 	if (spec->pairs_moves &&
 		(!TRIGGER_FOR_INSERT(tg->tgtype) || !TRIGGER_FOR_DELETE(tg->tgtype)))
@@ -198,8 +201,8 @@ check_declaration(TriggerData *trigdata, TransitionSpec *spec)
 						   AFTER_WITHOUT_MOVES_HINT);
 	if (spec->pairs_moves && rel->rd_rel->relkind == RELKIND_FOREIGN_TABLE)
 		refuse_declaration(trigdata, spec,
-						   "A row that an UPDATE moves into a foreign table partition is not a heap tuple, so an AFTER trigger cannot match it with the row it was.",
-						   "Declare it BEFORE UPDATE when it lists no initial states.");
+						   _("A row that an UPDATE moves into a foreign table partition is not a heap tuple, so an AFTER trigger cannot match it with the row it was."),
+						   _("Declare it BEFORE UPDATE when it lists no initial states."));
 }
 
 static TransitionSpec *
@@ -242,14 +245,14 @@ parse_transition_spec(FunctionCallInfo fcinfo, TriggerData *trigdata)
 
 		if (gt == NULL || strchr(gt + 1, '>') != NULL)
 			idem_guard_bad_argument(trigdata, "idem_transition_guard", arg,
-								 "A transition is written 'from>to' with exactly one '>'.",
+								 _("A transition is written 'from>to' with exactly one '>'."),
 								 TRANSITION_USAGE);
 		*gt = '\0';
 		from = trim_state(copy);
 		to = trim_state(gt + 1);
 		if (*to == '\0')
 			idem_guard_bad_argument(trigdata, "idem_transition_guard", arg,
-								 "The state after '>' is empty.",
+								 _("The state after '>' is empty."),
 								 TRANSITION_USAGE);
 		check_state(trigdata, enum_type, arg, to);
 		if (*from == '\0')
@@ -513,7 +516,7 @@ idem_guard_declarations(PG_FUNCTION_ARGS)
 
 		if (partition)
 			refuse_trigger(tgname, relid, column, ON_PARTITION_DETAIL,
-						   psprintf("Create the trigger on the partitioned table \"%s\".",
+						   psprintf(_("Create the trigger on the partitioned table \"%s\"."),
 									get_rel_name(llast_oid(get_partition_ancestors(relid)))));
 		if (relkind == RELKIND_PARTITIONED_TABLE && TRIGGER_FOR_ROW(tgtype) &&
 			TRIGGER_FOR_AFTER(tgtype) &&

@@ -83,7 +83,7 @@ idem_version_guard(PG_FUNCTION_ARGS)
 	type = getBaseType(TupleDescAttr(desc, attno - 1)->atttypid);
 	if (type != INT2OID && type != INT4OID && type != INT8OID)
 		idem_guard_bad_argument(trigdata, "idem_version_guard", column,
-								psprintf("Column \"%s\" is of type %s.", column,
+								psprintf(_("Column \"%s\" is of type %s."), column,
 										 format_type_be(TupleDescAttr(desc, attno - 1)->atttypid)),
 								VERSION_USAGE);
 
