@@ -4,7 +4,17 @@
 -- (LOAD: the settings are defined when the library is loaded, which a
 -- server without shared_preload_libraries has not done yet)
 LOAD 'idempotency';
-\dx+ idempotency
+-- the extension's objects (what \dx+ lists; PostgreSQL 17 and later also
+-- list the row and array types that come with the tables, views and
+-- types, which are left out here so that every major shows the same)
+CREATE TEMP VIEW members AS
+SELECT d.classid, d.objid, pg_describe_object(d.classid, d.objid, 0) AS object
+  FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
+ WHERE d.deptype = 'e'
+   AND NOT EXISTS (SELECT FROM pg_type t LEFT JOIN pg_class c ON c.oid = t.typrelid
+                    WHERE d.classid = 'pg_type'::regclass AND t.oid = d.objid
+                      AND (t.typcategory = 'A' OR c.relkind IN ('r', 'v', 'p', 'f', 'm')));
+SELECT object FROM members ORDER BY 1;
 SELECT enum_range(NULL::idem_status) AS idem_status_labels;
 \d idem_claim_result
 \d idempotent_record
@@ -39,9 +49,8 @@ SELECT c.relname AS view, coalesce(c.reloptions, '{}') AS options
 
 -- every object of the extension, and every column of its two tables, has
 -- a COMMENT
-SELECT pg_describe_object(d.classid, d.objid, 0) AS without_comment
-  FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
- WHERE d.deptype = 'e' AND obj_description(d.objid, d.classid::regclass::name) IS NULL
+SELECT object AS without_comment
+  FROM members WHERE obj_description(objid, classid::regclass::name) IS NULL
 UNION ALL
 SELECT format('column %s.%s', a.attrelid::regclass, a.attname)
   FROM pg_attribute a
