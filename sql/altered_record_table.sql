@@ -94,6 +94,21 @@ SELECT outcome FROM idem_claim('w');
 SELECT idem_finish('w', '{}', fence => 1);
 RESET idempotency.direct_access;
 
+-- a trigger that cancels updates of the record: an outcome that changes
+-- no row is refused (IK002) with what may have refused it, on both paths
+-- (a trigger on the table sends the direct path to SQL)
+DELETE FROM idempotent_record WHERE key = 'w';
+CREATE FUNCTION cancel_update() RETURNS trigger LANGUAGE plpgsql
+  AS $$ BEGIN RETURN NULL; END $$;
+CREATE TRIGGER cancel_update BEFORE UPDATE ON idempotent_record
+  FOR EACH ROW EXECUTE FUNCTION cancel_update();
+BEGIN;
+SELECT outcome FROM idem_claim('cancelled');
+SELECT idem_finish('cancelled', '{}');
+ROLLBACK;
+DROP TRIGGER cancel_update ON idempotent_record;
+DROP FUNCTION cancel_update();
+
 -- the next tests get the table as installed
 DROP EXTENSION idempotency;
 CREATE EXTENSION idempotency;

@@ -198,6 +198,11 @@ SELECT bool_and(pg_temp.error_text(format(
     ('BEFORE INSERT', $$'v2'$$, $$INSERT INTO gd_vbad VALUES (2, 'y', 1)$$)
   ) AS v(event, args, statement);
 SELECT id, version, v2 FROM gd_vbad;
+-- an INSTEAD OF trigger on a view is named as such
+CREATE VIEW gd_vbad_view AS SELECT * FROM gd_vbad;
+CREATE TRIGGER gd_vbad_view INSTEAD OF UPDATE ON gd_vbad_view
+  FOR EACH ROW EXECUTE FUNCTION idem_version_guard('v2');
+UPDATE gd_vbad_view SET v2 = 3;
 
 -------------------------------------------------------------------------------
 -- Clean up

@@ -54,10 +54,15 @@ not_claimed_error(const IdemKey *id, const char *fn, bool by_this_transaction)
  * A fenced write changed nothing: read the record and say why.  IK003 when
  * the record carries another fence: an older one was taken over (also when
  * the record has expired since), one that the record never issued (zero,
- * negative, newer than its fence) is only wrong.  IK002 otherwise.
+ * negative, newer than its fence) is only wrong.  IK002 otherwise: the
+ * record has a final outcome, or is not in the state fn needs, or, for an
+ * outcome (records_outcome: any open status will do), the row the write
+ * waited for was replaced by a new claim with the same fence, or something
+ * on the table (a trigger, a row level security policy) refused it.
  */
 static void
-explain_refusal(const IdemKey *id, int64 fence, const char *fn)
+explain_refusal(const IdemKey *id, int64 fence, const char *fn,
+				bool records_outcome)
 {
 	IdemRecord	rec;
 
@@ -86,16 +91,23 @@ explain_refusal(const IdemKey *id, int64 fence, const char *fn)
 		ereport(ERROR,
 				errcode(ERRCODE_IDEM_NOT_HELD),
 				errmsg("idempotency key already has an outcome"),
-				errdetail("Key \"%s\" in scope \"%s\" is %s with fence " INT64_FORMAT ".",
+				errdetail("Key \"%s\" in scope \"%s\" has status %s and fence " INT64_FORMAT ".",
 						  id->key, id->scope, idem_status_names[rec.status], rec.fence),
 				errhint("An outcome is recorded once; duplicates replay it."));
+	if (records_outcome)
+		ereport(ERROR,
+				errcode(ERRCODE_IDEM_NOT_HELD),
+				errmsg("idempotency record was not updated"),
+				errdetail("Key \"%s\" in scope \"%s\" has status %s and fence " INT64_FORMAT ", but the row this call was to update was deleted while it waited (a purge, then a new claim of the key), or a trigger or row level security policy on idempotent_record refused the update.",
+						  id->key, id->scope, idem_status_names[rec.status], rec.fence),
+				errhint("After a purge and a new claim, record nothing: the new claim's holder records the outcome.  Otherwise let the extension's writes pass the table's triggers and policies."));
 	ereport(ERROR,
 			errcode(ERRCODE_IDEM_NOT_HELD),
 			errmsg("%s does not apply to this claim", fn),
 			rec.has_lease ?
-			errdetail("Key \"%s\" in scope \"%s\" is %s.",
+			errdetail("Key \"%s\" in scope \"%s\" has status %s and a lease.",
 					  id->key, id->scope, idem_status_names[rec.status]) :
-			errdetail("Key \"%s\" in scope \"%s\" is %s without a lease.",
+			errdetail("Key \"%s\" in scope \"%s\" has status %s and no lease.",
 					  id->key, id->scope, idem_status_names[rec.status]),
 			errhint("idem_checkpoint needs a claim in progress; idem_extend_lease a leased one."));
 }
@@ -148,7 +160,7 @@ required_fence(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 		ereport(ERROR,
 				errcode(ERRCODE_IDEM_STALE_FENCE),
 				errmsg("a fence is required to write to a leased claim"),
-				errdetail("Key \"%s\" in scope \"%s\" is %s with fence " INT64_FORMAT ".",
+				errdetail("Key \"%s\" in scope \"%s\" has status %s and fence " INT64_FORMAT ".",
 						  id->key, id->scope, idem_status_names[rec.status], rec.fence),
 				errhint("Pass fence => the fence that your idem_claim returned."));
 	}
@@ -183,7 +195,7 @@ record_outcome(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 		done = idem_store_set_outcome(id, fence, status_of[kind], result,
 									  GetCurrentTimestamp());
 	if (!done)
-		explain_refusal(id, fence, fn);
+		explain_refusal(id, fence, fn, true);
 	idem_store_end();
 	if (kind != RECORD_UNKNOWN)
 		idem_outcome_wait_wake_at_commit(id);
@@ -287,7 +299,7 @@ idem_checkpoint(PG_FUNCTION_ARGS)
 	idem_store_begin(fcinfo->flinfo->fn_oid, false, id.scope);
 	fence = required_fence(fcinfo, &id, 3, "idem_checkpoint", &held);
 	if (!idem_store_checkpoint(&id, fence, recovery_point, GetCurrentTimestamp()))
-		explain_refusal(&id, fence, "idem_checkpoint");
+		explain_refusal(&id, fence, "idem_checkpoint", false);
 	idem_store_end();
 	PG_RETURN_VOID();
 }
@@ -318,7 +330,7 @@ idem_extend_lease(PG_FUNCTION_ARGS)
 	idem_store_begin(fcinfo->flinfo->fn_oid, false, id.scope);
 	fence = required_fence(fcinfo, &id, 3, "idem_extend_lease", &held);
 	if (!idem_store_extend_lease(&id, fence, locked_until, now))
-		explain_refusal(&id, fence, "idem_extend_lease");
+		explain_refusal(&id, fence, "idem_extend_lease", false);
 	idem_store_end();
 	/* waiters sleep until the lease's end: a shorter one must wake them */
 	idem_outcome_wait_wake_at_commit(&id);

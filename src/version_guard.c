@@ -71,7 +71,8 @@ idem_version_guard(PG_FUNCTION_ARGS)
 				errmsg("idem_version_guard() must be fired BEFORE UPDATE FOR EACH ROW"),
 				errdetail("Trigger \"%s\" on table \"%s\" fired %s %s.",
 						  tg->tgname, RelationGetRelationName(trigdata->tg_relation),
-						  TRIGGER_FIRED_BEFORE(trigdata->tg_event) ? "BEFORE" : "AFTER",
+						  TRIGGER_FIRED_BEFORE(trigdata->tg_event) ? "BEFORE" :
+						  TRIGGER_FIRED_INSTEAD(trigdata->tg_event) ? "INSTEAD OF" : "AFTER",
 						  TRIGGER_FIRED_BY_INSERT(trigdata->tg_event) ? "INSERT" :
 						  TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ? "UPDATE" : "DELETE"),
 				errhint("Use %s.", VERSION_USAGE));
