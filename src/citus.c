@@ -2,8 +2,9 @@
  * citus.c
  *	  What the extension needs to know of Citus: whether a table is a Citus
  *	  table (its rows then live in shards that only planned SQL reaches),
- *	  the preload order the commit guard depends on, and idem_shard_probe,
- *	  the look of wait => false run on the node that holds a record's shard.
+ *	  the preload order the commit guard depends on, idem_shard_probe, the
+ *	  look of wait => false run on the node that holds a record's shard,
+ *	  and purge one scope at a time, so that each statement is routed.
  */
 #include "postgres.h"
 

@@ -532,7 +532,7 @@ idem_lookup(PG_FUNCTION_ARGS)
  *	  The rows of the idem_pending view as of at, unordered: unknown
  *	  records and in_progress ones whose lease (or claim time, for an
  *	  in-transaction claim) ended by at.  With the caller's privileges and
- *	  row level security, or, for a role without SELECT on the table, as
+ *	  row level security, or, for a role with no privilege on the table, as
  *	  its owner and only in the scopes granted to the role.  Errors: 22004
  *	  NULL at.
  */

@@ -3,10 +3,9 @@
  *	  Least privilege.  A role that holds privileges on the extension's
  *	  tables uses the functions as before, with its own privileges and row
  *	  level security (invoker mode).  A role that holds none is checked
- *	  against the
- *	  scope grants (idem_scope_grant) before anything is read, locked or
- *	  waited for, and the function then does its table work as the table's
- *	  owner (delegated mode), the way pg_cron writes its job table: the
+ *	  against the scope grants (idem_scope_grant) before anything is read,
+ *	  locked or waited for, and the function then does its table work as
+ *	  the table's owner (delegated mode), the way pg_cron writes its job table: the
  *	  user id is switched with SECURITY_LOCAL_USERID_CHANGE and
  *	  SECURITY_RESTRICTED_OPERATION and switched back at the end of the
  *	  call, or by the (sub)transaction's abort.  Such a role can then only
@@ -60,8 +59,13 @@ static Oid	grants_namespace = InvalidOid;
 static bool grants_valid = false;
 static MemoryContext grants_context = NULL;
 
-static Oid
-table_owner(Oid relid)
+/*
+ * Work as relid's owner, restricted as VACUUM does (no code of anyone else
+ * runs with that identity), until SetUserIdAndSecContext(*save_user,
+ * *save_sec) or the (sub)transaction's abort.
+ */
+void
+idem_become_table_owner(Oid relid, Oid *save_user, int *save_sec)
 {
 	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 	Oid			owner;
@@ -70,7 +74,9 @@ table_owner(Oid relid)
 		elog(ERROR, "cache lookup failed for relation %u", relid);
 	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	ReleaseSysCache(tuple);
-	return owner;
+	GetUserIdAndSecContext(save_user, save_sec);
+	SetUserIdAndSecContext(owner, *save_sec | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
 }
 
 static void
@@ -106,9 +112,7 @@ load_grants(Oid namespace)
 
 	sql = psprintf("SELECT grantee::pg_catalog.oid, pattern FROM ONLY %s.idem_scope_grant",
 				   quote_identifier(get_namespace_name(namespace)));
-	GetUserIdAndSecContext(&save_user, &save_sec);
-	SetUserIdAndSecContext(table_owner(relid), save_sec | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
+	idem_become_table_owner(relid, &save_user, &save_sec);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (SPI_execute(sql, true, 0) != SPI_OK_SELECT)
@@ -210,9 +214,7 @@ idem_actor_begin(IdemActor *actor, Oid relid, Oid namespace, const char *scope)
 	 * create_distributed_function (docs/citus.md): Citus refuses a
 	 * transaction whose placements two users wrote over its connections.
 	 */
-	GetUserIdAndSecContext(&actor->save_user, &actor->save_sec);
-	SetUserIdAndSecContext(table_owner(relid), actor->save_sec |
-						   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+	idem_become_table_owner(relid, &actor->save_user, &actor->save_sec);
 	actor->delegated = true;
 }
 

@@ -18,6 +18,7 @@ typedef struct IdemActor
 extern void idem_actor_begin(IdemActor *actor, Oid relid, Oid namespace,
 							 const char *scope);
 extern void idem_actor_end(IdemActor *actor);
+extern void idem_become_table_owner(Oid relid, Oid *save_user, int *save_sec);
 extern bool idem_scope_is_permitted(Oid role, Oid namespace, const char *scope);
 
 #endif							/* IDEMPOTENCY_DELEGATION_H */

@@ -12,7 +12,8 @@
  * Every statement reads and writes the table itself (ONLY), never a table
  * that inherits from it: the primary key, which names a record, is unique
  * in the table alone.  Statements run with the caller's privileges and row
- * level security.  On a Citus table every statement names the scope, so
+ * level security, or, in delegated mode, as the table's owner
+ * (delegation.c).  On a Citus table every statement names the scope, so
  * Citus routes it to one shard; purge and the probe of wait => false take
  * the per-shard forms of citus.c.
  */
@@ -20,7 +21,6 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
-#include "catalog/pg_class.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -33,7 +33,6 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/resowner.h"
-#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "citus.h"
@@ -406,29 +405,20 @@ idem_store_write_would_wait(void)
 /*
  * The probe of idem_direct_probe_uncommitted as the table's owner (who sees
  * every row), for a caller it may not serve itself; the fingerprint found
- * is dropped.  As for VACUUM, the owner's identity, restricted: no code of
- * anyone else runs with it.
+ * is dropped.
  */
 static DirectAnswer
 probe_as_owner(const IdemKey *id)
 {
 	Oid			relid = store_relid();
-	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-	Oid			table_owner;
-	Oid			save_userid;
-	int			save_sec_context;
+	Oid			save_user;
+	int			save_sec;
 	bytea	   *fingerprint;
 	DirectAnswer answer;
 
-	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "cache lookup failed for relation %u", relid);
-	table_owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
-	ReleaseSysCache(tuple);
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(table_owner, save_sec_context |
-						   SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+	idem_become_table_owner(relid, &save_user, &save_sec);
 	answer = idem_direct_probe_uncommitted(relid, id, &fingerprint, cur.caller_context);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+	SetUserIdAndSecContext(save_user, save_sec);
 	return answer;
 }
 

@@ -76,7 +76,7 @@ typedef struct TransitionTarget
 /*
  * Resolve rel and its status column and primary key.  Errors: 42809 not a
  * table, 42703 no such column, 42804 status column not text or enum,
- * 0A000 no primary key or one on an expression, 42501 no UPDATE privilege.
+ * 0A000 no primary key, 42501 no UPDATE privilege.
  */
 static void
 resolve_target(Oid relid, const char *status_column, TransitionTarget *t)
