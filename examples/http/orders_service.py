@@ -80,19 +80,21 @@ def in_transaction(conn, key, raw, order):
     return json.loads(response)
 
 
-def leased(conn, key, raw, order, lease, delay, wait):
-    with conn.cursor() as cur:
+def leased(key, raw, order, lease, delay, wait):
+    with pool.connection() as conn:
         # autocommit: the claim is a statement of its own and commits now;
         # a duplicate waits up to wait seconds for the outcome (None: not at all)
-        cur.execute("SELECT outcome, result, retry_after, fence FROM idem_claim(%s,"
-                    " fingerprint => idem_fingerprint(%s::jsonb), wait => false,"
-                    " lease => make_interval(secs => %s), wait_for_outcome => %s)",
-                    (key, raw, lease, datetime.timedelta(seconds=wait) if wait > 0 else None))
-        outcome, result, retry_after, fence = cur.fetchone()
-        if outcome != "claimed":
-            answer((outcome, result, retry_after))
-    time.sleep(delay)  # the call to the payment provider
-    with conn.transaction(), conn.cursor() as cur:
+        row = conn.execute("SELECT outcome, result, retry_after, fence FROM idem_claim(%s,"
+                           " fingerprint => idem_fingerprint(%s::jsonb), wait => false,"
+                           " lease => make_interval(secs => %s), wait_for_outcome => %s)",
+                           (key, raw, lease, datetime.timedelta(seconds=wait) if wait > 0 else None)).fetchone()
+    outcome, result, retry_after, fence = row
+    if outcome != "claimed":
+        answer((outcome, result, retry_after))
+    # the call to the payment provider, holding no connection: the lease,
+    # not a pooled connection, keeps the key while it runs
+    time.sleep(delay)
+    with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
         response = place_order(cur, key, order)
         cur.execute("SELECT idem_finish(%s, %s::jsonb, fence => %s)", (key, response, fence))
     return json.loads(response)
@@ -114,12 +116,12 @@ class Handler(BaseHTTPRequestHandler):
                 assert isinstance(order, dict)
             except (ValueError, AssertionError):
                 raise Reply(400, json.dumps({"error": "the body must be a JSON object"}))
-            with pool.connection() as conn:
-                if query.get("mode", ["transaction"])[0] == "leased":
-                    stored = leased(conn, key, raw, order, float(query.get("lease", ["30"])[0]),
-                                    float(query.get("delay", ["0"])[0]),
-                                    float(query.get("wait", ["0"])[0]))
-                else:
+            if query.get("mode", ["transaction"])[0] == "leased":
+                stored = leased(key, raw, order, float(query.get("lease", ["30"])[0]),
+                                float(query.get("delay", ["0"])[0]),
+                                float(query.get("wait", ["0"])[0]))
+            else:
+                with pool.connection() as conn:
                     stored = in_transaction(conn, key, raw, order)
             raise Reply(stored["status"], stored["body"])
         except Reply as r:
