@@ -1,7 +1,8 @@
--- Security: the functions run with the caller's privileges and row level
--- security (none is SECURITY DEFINER, and the views are security_invoker:
--- sql/surface.sql).  search_path attacks are in search_path.sql (records) and
--- tokens.sql (tokens).
+-- Security in invoker mode: a role with privileges on the tables works with
+-- them and with row level security (none is SECURITY DEFINER, and the
+-- views are security_invoker: sql/surface.sql); roles without any are in
+-- least_privilege.sql.  search_path attacks are in search_path.sql
+-- (records) and tokens.sql (tokens).
 \set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'
 -- errors without CONTEXT: the internal statements are not the contract
 \set VERBOSITY terse

@@ -27,9 +27,10 @@ SELECT p.proname AS function, pg_get_function_arguments(p.oid) AS arguments
   JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
  ORDER BY 1, 2;
 -- what each returns; none is STRICT (a NULL is an error, never a silent
--- NULL) or SECURITY DEFINER (the caller's privileges and row level
--- security apply); only idem_fingerprint is IMMUTABLE (it may back an
--- index); whether EXECUTE is granted to PUBLIC
+-- NULL) or SECURITY DEFINER (a role without table privileges works as the
+-- tables' owner only inside a call, after its scope check); only
+-- idem_fingerprint is IMMUTABLE (it may back an index); whether EXECUTE is
+-- granted to PUBLIC
 SELECT p.proname AS function,
        CASE WHEN p.proretset THEN 'SETOF ' ELSE '' END || p.prorettype::regtype AS returns,
        p.provolatile AS volatility, p.proisstrict AS strict, p.prosecdef AS definer,

@@ -1,7 +1,8 @@
 -- idem_transition_guard refuses a declaration under which some write of the
--- column would escape it (README "idem_transition_guard"): CREATE TRIGGER
--- accepts it, and the first write that fires it fails with 39P01, naming
--- the trigger and the table, and changes nothing.  The declarations
+-- column would escape it (README "idem_transition_guard"): the first write
+-- that fires it fails with 39P01, naming the trigger and the table, and
+-- changes nothing (two such declarations are refused already at CREATE
+-- TRIGGER, by the event trigger idem_guard_declarations).  The declarations
 -- allowed are proven in transition_guard_moves_upserts.
 \set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'
 CREATE TABLE tgd_orders (id int PRIMARY KEY, status text);

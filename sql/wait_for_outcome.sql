@@ -9,7 +9,7 @@ SELECT outcome, fence FROM idem_claim('w-free', lease => '1 minute', wait_for_ou
 SELECT idem_finish('w-free', '{"ok": true}', fence => 1);
 SELECT outcome, result FROM idem_claim('w-free', wait_for_outcome => '10 seconds');
 
--- bad bounds change nothing
+-- bad bounds are refused
 SELECT * FROM idem_claim('w-bad', wait_for_outcome => '0');
 :sqlstate
 SELECT * FROM idem_claim('w-bad', wait_for_outcome => '-1 second');
@@ -18,7 +18,6 @@ SELECT * FROM idem_claim('w-bad', wait_for_outcome => '1 month -30 days');
 :sqlstate
 SELECT * FROM idem_claim('w-bad', wait_for_outcome => '300000 years');
 :sqlstate
-SELECT count(*) FROM idempotent_record WHERE key = 'w-bad';
 
 -- a transaction that has written or locked rows cannot wait: its locks
 -- could block the outcome, unseen by the deadlock detector
@@ -56,7 +55,6 @@ BEGIN ISOLATION LEVEL SERIALIZABLE;
 SELECT * FROM idem_claim('w-rr', wait_for_outcome => '1 second');
 :sqlstate
 ROLLBACK;
-SELECT count(*) FROM idempotent_record WHERE key IN ('w-rr', 'w-own');
 
 DROP TABLE w_orders;
 TRUNCATE idempotent_record;
