@@ -55,7 +55,7 @@ for v in CLIENTS HOT_CLIENTS HOT_KEYS THREADS DURATION RUNS RECORDS REPLAY_KEYS 
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { say "$v must be a positive integer"; usage; }
 done
 
-ensure_packages "${IDEM_PACKAGES[@]}" redis-server python3-redis || exit 1
+ensure_packages "${IDEM_PACKAGES[@]}" redis-server python3-redis python3-psycopg || exit 1
 build_and_install || exit 1
 
 PRELOAD="shared_preload_libraries = 'idempotency'"
@@ -68,19 +68,10 @@ mkdir -p "$WORK" && chmod 777 "$WORK"
 
 # redis-server: loopback TCP on a private port plus a Unix socket (the
 # benchmark uses the socket, as pgbench does), no persistence, run as the
-# cluster's OS user, stopped on exit.
-REDIS_DIR=
-redis_stop() {
-    [ -n "$REDIS_DIR" ] || return 0
-    redis-cli -s "$REDIS_DIR/redis.sock" shutdown nosave >/dev/null 2>&1
-    sleep 0.2
-    [ -f "$REDIS_DIR/redis.pid" ] && kill "$(cat "$REDIS_DIR/redis.pid")" 2>/dev/null
-    rm -rf "$REDIS_DIR"
-    REDIS_DIR=
-}
-trap 'redis_stop; cluster_stop' EXIT
+# cluster's OS user, stopped with the cluster.
 REDIS_DIR=$CLUSTER_DIR/redis
 mkdir -p "$REDIS_DIR" && chmod 777 "$REDIS_DIR"
+SERVER_PIDFILES+=("$REDIS_DIR/redis.pid")
 as_cluster_user redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --protected-mode yes \
     --unixsocket "$REDIS_DIR/redis.sock" --unixsocketperm 777 \
     --save '' --appendonly no --daemonize yes --dir "$REDIS_DIR" \

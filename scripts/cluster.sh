@@ -12,15 +12,14 @@
 if [ -n "${PG_CONFIG:-}" ]; then
     PG_BINDIR=$("$PG_CONFIG" --bindir) || { echo "PG_CONFIG=$PG_CONFIG does not run" >&2; exit 1; }
     PG_MAJOR=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
-    IDEM_PACKAGES=(make gcc libipc-run-perl pgbouncer python3-psycopg python3-psycopg-pool)
+    IDEM_PACKAGES=(make gcc libipc-run-perl)
 else
     PG_MAJOR=15
     PG_BINDIR=/usr/lib/postgresql/$PG_MAJOR/bin
     PG_CONFIG=$PG_BINDIR/pg_config
     IDEM_PACKAGES=(make gcc "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
                    "postgresql-$PG_MAJOR-pgtap" libtap-parser-sourcehandler-pgtap-perl
-                   libipc-run-perl "postgresql-$PG_MAJOR-cron" "postgresql-$PG_MAJOR-pgaudit"
-                   pgbouncer python3-psycopg python3-psycopg-pool)
+                   libipc-run-perl "postgresql-$PG_MAJOR-cron" "postgresql-$PG_MAJOR-pgaudit")
 fi
 export PG_CONFIG
 
@@ -83,13 +82,18 @@ as_cluster_user() {
 }
 
 CLUSTER_DIR=
-# pid files of other servers a script started (PgBouncer): stopped with the
-# cluster, also when a step fails
+# pid files of other servers a script started (PgBouncer, redis-server):
+# each is stopped by server_stop, or else with the cluster, also when a step
+# fails
 SERVER_PIDFILES=()
+server_stop() {
+    [ -f "$1" ] && kill "$(cat "$1")" 2>/dev/null
+    rm -f "$1"
+}
 cluster_stop() {
     local pidfile
     for pidfile in "${SERVER_PIDFILES[@]}"; do
-        [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null
+        server_stop "$pidfile"
     done
     SERVER_PIDFILES=()
     [ -n "$CLUSTER_DIR" ] || return 0

@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/cluster.sh
 
-ensure_packages "${IDEM_PACKAGES[@]}" || exit 1
+ensure_packages "${IDEM_PACKAGES[@]}" pgbouncer python3-psycopg python3-psycopg-pool || exit 1
 build_and_install || exit 1
 # preloaded and with prepared transactions (cluster.sh sets them), for the
 # tests in the Makefile's REGRESS_PRELOAD and ISOLATION_PRELOAD
@@ -88,7 +88,8 @@ run_http_suite() {
     say "HTTP example, directly and through PgBouncer (transaction pooling)"
     createdb idempotency_http && psql -q -X -d idempotency_http -c 'CREATE EXTENSION idempotency' \
         || { failed=$((failed + 1)); return; }
-    dir=$(mktemp -d /tmp/idempotency-pgbouncer.XXXXXX)
+    dir=$CLUSTER_DIR/pgbouncer
+    mkdir -p "$dir"
     printf '%s\n' '[databases]' \
         "idempotency_http = host=$PGHOST port=$PGPORT dbname=idempotency_http user=postgres" \
         "idempotency_http_one = host=$PGHOST port=$PGPORT dbname=idempotency_http user=postgres pool_size=1" \
@@ -100,7 +101,7 @@ run_http_suite() {
     [ "$(id -u)" -eq 0 ] && chown -R "$CLUSTER_OS_USER" "$dir"
     SERVER_PIDFILES+=("$dir/pgbouncer.pid")
     if ! as_cluster_user pgbouncer -d "$dir/pgbouncer.ini"; then
-        failed=$((failed + 1)); cat "$dir/pgbouncer.log" >&2; rm -rf "$dir"; return
+        failed=$((failed + 1)); cat "$dir/pgbouncer.log" >&2; return
     fi
     /usr/bin/python3 test/http/orders_service_test.py \
         "host=$PGHOST port=$PGPORT dbname=idempotency_http user=postgres" \
@@ -110,8 +111,7 @@ run_http_suite() {
     # a run that died before its last line counts as a failure
     grep -qE '^[0-9]+ passed, [0-9]+ failed$' "$log" || bad=$((bad + 1))
     passed=$((passed + ok)); failed=$((failed + bad))
-    kill "$(cat "$dir/pgbouncer.pid")" 2>/dev/null
-    rm -rf "$dir"
+    server_stop "$dir/pgbouncer.pid"
 }
 
 run_regress_suite "pg_regress" regresscheck regression.diffs
