@@ -21,6 +21,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemTest;
 use IPC::Run;
 use Time::HiRes qw(sleep);
 
@@ -29,17 +32,13 @@ my $seed = $ENV{IDEM_CRASH_SEED} // (time() ^ $$);
 srand($seed);
 diag("crash suite: seed $seed (IDEM_CRASH_SEED), $rounds fault rounds");
 
-my $node = PostgreSQL::Test::Cluster->new('crash_suite');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
+my $node = idem_node('crash_suite', conf => qq{
 max_connections = 40
 restart_after_crash = on
 log_statement = none
 });
-$node->start;
 
 $node->safe_psql('postgres', q{
-CREATE EXTENSION idempotency;
 CREATE SCHEMA shop;
 -- deliberately no UNIQUE (request_key): preventing a second order is the
 -- extension's job, and the invariants check that it did it

@@ -10,16 +10,15 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemTest;
 
 my $clients = 8;
 my $per_client = 4000;
 
-my $node = PostgreSQL::Test::Cluster->new('nowait');
-$node->init;
-$node->append_conf('postgresql.conf', "fsync = off\nautovacuum = off\n");
-$node->start;
+my $node = idem_node('nowait', conf => "fsync = off\nautovacuum = off\n");
 $node->safe_psql('postgres', q{
-CREATE EXTENSION idempotency;
 CREATE TABLE answers (kind text NOT NULL, key text NOT NULL, outcome text);
 CREATE SEQUENCE new_keys;
 CREATE SEQUENCE expired_keys;

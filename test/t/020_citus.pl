@@ -16,6 +16,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemTest;
 
 my $pkglibdir = `pg_config --pkglibdir`;
 chomp $pkglibdir;
@@ -38,12 +41,10 @@ citus.shard_count = 8
 	return $node;
 }
 
-# error of a statement, with its SQLSTATE (VERBOSITY verbose)
+# error of a statement, with its SQLSTATE, or "no error"
 sub sql_error
 {
-	my ($node, $sql) = @_;
-	my ($rc, $out, $err) =
-	  $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
+	my ($rc, $out, $err) = psql_verbose(@_);
 	return $rc == 0 ? "no error" : $err;
 }
 

@@ -38,8 +38,7 @@ sub idem_node
 sub psql_verbose
 {
 	my ($node, $sql) = @_;
-	my ($rc, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
-	return ($rc, $out, $err);
+	return $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
 }
 
 # wait_for_lease_end(NODE, KEY): until the server's clock has passed the
