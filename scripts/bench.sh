@@ -123,16 +123,12 @@ fi
 bench_roles() {
     local role
     for role in grants delegated; do
-        pgbench_run "b8_${role}_b1" b1_ext.pgbench "$CLIENTS" "$SC_OFF" -U "bench_$role" &&
-            pgbench_parse "b8_${role}_b1"
-        pgbench_run "b8_${role}_b2" b2_ext.pgbench "$CLIENTS" "" -U "bench_$role" &&
-            pgbench_parse "b8_${role}_b2"
+        pgbench_tps "b8_${role}_b1" b1_ext.pgbench "$CLIENTS" "$SC_OFF" -U "bench_$role"
+        pgbench_tps "b8_${role}_b2" b2_ext.pgbench "$CLIENTS" "" -U "bench_$role"
     done
     sql -c "ALTER TABLE idempotent_record ENABLE ROW LEVEL SECURITY" || return 1
-    pgbench_run b8_rls_b1 b1_ext.pgbench "$CLIENTS" "$SC_OFF -c app.tenant=bench" -U bench_rls &&
-        pgbench_parse b8_rls_b1
-    pgbench_run b8_rls_b2 b2_ext.pgbench "$CLIENTS" "-c app.tenant=bench" -U bench_rls &&
-        pgbench_parse b8_rls_b2
+    pgbench_tps b8_rls_b1 b1_ext.pgbench "$CLIENTS" "$SC_OFF -c app.tenant=bench" -U bench_rls
+    pgbench_tps b8_rls_b2 b2_ext.pgbench "$CLIENTS" "-c app.tenant=bench" -U bench_rls
     sql -c "ALTER TABLE idempotent_record DISABLE ROW LEVEL SECURITY"
 }
 
@@ -152,9 +148,10 @@ pgbench_run() {
         -f "bench/$script" "$@" "$DB" >"$WORK/$name.$run.out" 2>&1
 }
 
-# pgbench_tps NAME SCRIPT CLIENTS [PGOPTIONS]: run, then record its tps
+# pgbench_tps NAME SCRIPT CLIENTS [PGOPTIONS [extra pgbench args...]]: run,
+# then record its tps
 pgbench_tps() {
-    pgbench_run "$1" "$2" "$3" "${4:-}"
+    pgbench_run "$1" "$2" "$3" "${4:-}" "${@:5}"
     pgbench_parse "$1"
 }
 
@@ -352,28 +349,23 @@ B6_N_EXT=$(b6r "SELECT count(*) FROM idempotent_record")
 B6_N_HAND=$(b6r "SELECT count(*) FROM hand_record")
 B6_EXT=$(b6r "SELECT pg_total_relation_size('idempotent_record')::numeric / $B6_N_EXT")
 B6_HAND=$(b6r "SELECT pg_total_relation_size('hand_record')::numeric / $B6_N_HAND")
-B6_REQ_PARTS=$(b6r "SELECT string_agg(format('%s %s', t, parts), '; ')
-                  FROM (SELECT c.relname AS t,
-                               format('heap %s', round(pg_table_size(c.oid)::numeric / c.reltuples::numeric))
-                               || coalesce(', ' || string_agg(format('%s %s', i.relname,
-                                      round(pg_relation_size(i.oid)::numeric / c.reltuples::numeric)), ', '), '') AS parts
-                          FROM pg_class c
-                          LEFT JOIN pg_index x ON x.indrelid = c.oid
-                          LEFT JOIN pg_class i ON i.oid = x.indexrelid
-                         WHERE c.relname IN ('idempotent_record', 'hand_record')
-                         GROUP BY c.oid, c.relname, c.reltuples ORDER BY c.relname DESC) AS s")
+# b6_parts QUERY-FUNCTION ROWS: where the bytes of each table are, per row:
+# heap (with TOAST, FSM, VM) and each index
+b6_parts() {
+    "$1" "SELECT string_agg(format('%s %s', t, parts), '; ')
+            FROM (SELECT c.relname AS t,
+                         format('heap %s', round(pg_table_size(c.oid)::numeric / $2))
+                         || coalesce(', ' || string_agg(format('%s %s', i.relname,
+                                round(pg_relation_size(i.oid)::numeric / $2)), ', '), '') AS parts
+                    FROM pg_class c
+                    LEFT JOIN pg_index x ON x.indrelid = c.oid
+                    LEFT JOIN pg_class i ON i.oid = x.indexrelid
+                   WHERE c.relname IN ('idempotent_record', 'hand_record')
+                   GROUP BY c.oid, c.relname, c.reltuples ORDER BY c.relname DESC) AS s"
+}
+B6_REQ_PARTS=$(b6_parts b6r "c.reltuples::numeric")
 B6_RESULT=$(b6q "SELECT round(avg(octet_length(result::text))) FROM b6_source")
-# where the bytes are: heap (with TOAST, FSM, VM) and each index
-B6_PARTS=$(b6q "SELECT string_agg(format('%s %s', t, parts), '; ')
-                  FROM (SELECT c.relname AS t,
-                               format('heap %s', round(pg_table_size(c.oid)::numeric / $RECORDS))
-                               || coalesce(', ' || string_agg(format('%s %s', i.relname,
-                                      round(pg_relation_size(i.oid)::numeric / $RECORDS)), ', '), '') AS parts
-                          FROM pg_class c
-                          LEFT JOIN pg_index x ON x.indrelid = c.oid
-                          LEFT JOIN pg_class i ON i.oid = x.indexrelid
-                         WHERE c.relname IN ('idempotent_record', 'hand_record')
-                         GROUP BY c.oid, c.relname ORDER BY c.relname DESC) AS s")
+B6_PARTS=$(b6_parts b6q "$RECORDS")
 # Redis: the same keys, each with status, fingerprint (hex) and result in
 # one string, with the same 1-day expiry (SET ... EX)
 redis flushall >/dev/null
@@ -398,6 +390,8 @@ median() {
 }
 # values NAME: the runs' numbers of a row
 values() { local r; for r in $(seq "$RUNS"); do [ -n "${R[$1.$r]:-}" ] && echo "${R[$1.$r]}"; done; }
+# total NAME: the sum of its values over the runs (0 when none)
+total() { local t; t=$(values "$1" | paste -sd+); echo $(( ${t:-0} )); }
 med() { median $(values "$1"); }
 # ratio A B: median over runs of A/B (both from the same run)
 ratio() {
@@ -419,8 +413,8 @@ verdict() {
 row() { printf '| %-3s | %-44s | %12s | %-26s | %7s | %-10s | %-6s |\n' "$@"; }
 
 OVER=$(awk -v r="$(ratio b1_preload b1_nopreload)" 'BEGIN {if (r != "") printf "%.4f", (1 - r) * 100}')
-DUPS_EXT=$(( $(values b3_ext_dup | paste -sd+ | sed 's/^$/0/') ))
-DUPS_HAND=$(( $(values b3_hand_dup | paste -sd+ | sed 's/^$/0/') ))
+DUPS_EXT=$(total b3_ext_dup)
+DUPS_HAND=$(total b3_hand_dup)
 
 {
 echo
@@ -435,7 +429,7 @@ row B1 "new key, synchronous_commit on (tps)" "$(fmt "$(med b1_ext_on)")" "hand-
 r=$(ratio b1_ext_off b1_hand_off)
 row B1 "new key, synchronous_commit off (tps)" "$(fmt "$(med b1_ext_off)")" "hand-written $(fmt "$(med b1_hand_off)")" "$(fmt "$r" 2)" ">= 1.0" "$(verdict "$r" '>=' 1.0)"
 m=$(med b1_hot_pct)
-row B1 "outcome updates HOT (n_tup_hot_upd, %)" "$(fmt "$m" 1)%" "$(( $(values b1_hot | paste -sd+ | sed 's/^$/0/') )) of $(( $(values b1_upd | paste -sd+ | sed 's/^$/0/') ))" "" ">= 90%" "$(verdict "$m" '>=' 90)"
+row B1 "outcome updates HOT (n_tup_hot_upd, %)" "$(fmt "$m" 1)%" "$(total b1_hot) of $(total b1_upd)" "" ">= 90%" "$(verdict "$m" '>=' 90)"
 r=$(ratio b2_ext b2_hand)
 row B2 "replay of a finished key (tps)" "$(fmt "$(med b2_ext)")" "hand-written $(fmt "$(med b2_hand)")" "$(fmt "$r" 2)" ">= 1.5" "$(verdict "$r" '>=' 1.5)"
 r=$(ratio b2_ext b2_pk)
@@ -467,8 +461,8 @@ r=$(awk -v a="$B6_EXT_INS" -v b="$B6_REDIS" 'BEGIN {print a / b}')
 row B6 "bytes per record vs Redis used_memory" "" "Redis $(fmt "$B6_REDIS")" "$(fmt "$r" 2)" "" ""
 r=$(ratio b7_ext b7_redis)
 row B7 "Python client: extension vs Redis lock (req/s)" "$(fmt "$(med b7_ext)")" "Redis lock + PG $(fmt "$(med b7_redis)")" "$(fmt "$r" 2)" ">= 1.5" "$(verdict "$r" '>=' 1.5)"
-B7_DUP_EXT=$(( $(values b7_dup_ext | paste -sd+ | sed 's/^$/0/') ))
-B7_DUP_REDIS=$(( $(values b7_dup_redis | paste -sd+ | sed 's/^$/0/') ))
+B7_DUP_EXT=$(total b7_dup_ext)
+B7_DUP_REDIS=$(total b7_dup_redis)
 row B7 "duplicate effects, client killed (all runs)" "$B7_DUP_EXT" "Redis lock + PG $B7_DUP_REDIS" "" "0" "$([ "$B7_DUP_EXT" -eq 0 ] && echo met || echo MISSED)"
 if [ "$HAS_SCOPE_GRANTS" -gt 0 ]; then
     r=$(ratio b8_delegated_b1 b8_grants_b1)
