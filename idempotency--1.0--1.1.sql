@@ -81,17 +81,11 @@ RETURNS bytea[]
 AS 'MODULE_PATHNAME', 'idem_shard_probe'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
--------------------------------------------------------------------------------
--- Outcomes that are HOT updates.  A final outcome no longer moves
--- expires_at (indexed): expires_at stays the claim's (claim time + ttl),
--- and a final outcome is kept at least its retention (expires_at -
--- created_at) after it was recorded (updated_at).  Records finished
--- before the update had expires_at moved to outcome time + ttl; the same
--- rule keeps them at least that long (longer by the time from their claim
--- to their outcome).  The
--- table's layout is unchanged: the library reads 1.0's records and 1.1's
--- alike, before and after the update.
--------------------------------------------------------------------------------
+-- (No statement for the outcomes that are HOT updates in 1.1: the table's
+-- layout is unchanged, and the library reads 1.0's records and 1.1's alike.
+-- A final outcome no longer moves expires_at (indexed); it is kept at least
+-- its retention (expires_at - created_at) after it was recorded
+-- (updated_at), so records that 1.0 finished are kept at least as long.)
 
 -------------------------------------------------------------------------------
 -- Least privilege: scope grants for roles without table privileges

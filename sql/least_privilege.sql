@@ -25,11 +25,10 @@ VALUES ('tenant_z', 'z1', 'unknown', 1, now(), now(), now() + interval '1 day');
 
 -- the application role has no table privileges: every plain statement on
 -- the tables is refused, so nothing can be forged
+\i sql/include/try.sql
 SET ROLE regress_lp_app;
 SELECT count(*) FROM idempotent_record;
 :sqlstate
--- (the functions of sql/include/try.sql, created as this role)
-\i sql/include/try.sql
 
 -- in its scopes every function works
 BEGIN;

@@ -22,9 +22,7 @@ SELECT enum_range(NULL::idem_status) AS idem_status_labels;
 
 -- arguments and defaults of every function and procedure
 SELECT p.proname AS function, pg_get_function_arguments(p.oid) AS arguments
-  FROM pg_proc p
-  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
-  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
+  FROM pg_proc p JOIN members m ON m.classid = 'pg_proc'::regclass AND m.objid = p.oid
  ORDER BY 1, 2;
 -- what each returns; none is STRICT (a NULL is an error, never a silent
 -- NULL) or SECURITY DEFINER (a role without table privileges works as the
@@ -35,16 +33,12 @@ SELECT p.proname AS function,
        CASE WHEN p.proretset THEN 'SETOF ' ELSE '' END || p.prorettype::regtype AS returns,
        p.provolatile AS volatility, p.proisstrict AS strict, p.prosecdef AS definer,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute
-  FROM pg_proc p
-  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
-  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
+  FROM pg_proc p JOIN members m ON m.classid = 'pg_proc'::regclass AND m.objid = p.oid
  ORDER BY 1, 2;
 -- the views run with the caller's privileges (security_invoker), except
 -- the counters, which show aggregates only
 SELECT c.relname AS view, coalesce(c.reloptions, '{}') AS options
-  FROM pg_class c
-  JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e'
-  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
+  FROM pg_class c JOIN members m ON m.classid = 'pg_class'::regclass AND m.objid = c.oid
  WHERE c.relkind = 'v'
  ORDER BY 1;
 

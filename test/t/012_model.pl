@@ -909,7 +909,10 @@ sub run_everywhere
 	return map { [ $_->recv ] } @$sessions;
 }
 
-# record rows (the first ten columns are the model's), then business rows
+# record rows (the first ten columns are the model's), then business rows;
+# the expiry column is record_kept_until of src/idempotency.h (as in
+# sql/include/kept_until.sql, without its overflow branch, which these
+# times never reach): change them together
 my $state_sql = q{SELECT line FROM (
   SELECT 1, scope, key, 0, format('%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s',
          scope, key, status, fingerprint, result, recovery_point, fence,
