@@ -36,7 +36,16 @@ SET ROLE regress_ml_app;
 SELECT pg_temp.error_text(format('SELECT idem_claim(%L, scope => %L)', 'k', repeat('t', 1024)));
 RESET ROLE;
 
+-- a state that is no label of an enum status column (22P02), as to_state
+-- and in from_states: the label is quoted shortened too
+CREATE TYPE regress_ml_state AS ENUM ('pending', 'paid');
+CREATE TABLE regress_ml_enum_orders (id int PRIMARY KEY, status regress_ml_state NOT NULL);
+INSERT INTO regress_ml_enum_orders VALUES (1, 'pending');
+SELECT pg_temp.error_text($$SELECT idem_transition('regress_ml_enum_orders', 1, repeat('p', 100000), '{pending}')$$);
+SELECT pg_temp.error_text($$SELECT idem_transition('regress_ml_enum_orders', 1, 'paid', ARRAY[repeat('q', 100000)])$$);
+
 -- clean up
 DROP ROLE regress_ml_app;
-DROP TABLE regress_ml_orders;
+DROP TABLE regress_ml_orders, regress_ml_enum_orders;
+DROP TYPE regress_ml_state;
 TRUNCATE idempotent_record;
