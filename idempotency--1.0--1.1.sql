@@ -107,6 +107,10 @@ LANGUAGE C;
 CREATE TRIGGER idem_scope_grant_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.idem_scope_grant
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.idem_scope_grants_changed();
+-- also where session_replication_role = replica (a logical replication
+-- subscriber's apply, pg_restore --disable-triggers): every change of the
+-- grants must reach the backends' caches
+ALTER TABLE @extschema@.idem_scope_grant ENABLE ALWAYS TRIGGER idem_scope_grant_changed;
 
 CREATE FUNCTION @extschema@.idem_scope_permitted(scope text)
 RETURNS boolean

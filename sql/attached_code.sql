@@ -1,11 +1,12 @@
 -- Code another role could have attached to the extension's tables never
 -- runs as their owner.  Every table privilege (TRIGGER and REFERENCES
 -- too) keeps a role in invoker mode (delegation_modes.sql), and delegated
--- mode refuses (55000) while a table carries a trigger whose function, or
--- a function of its WHEN clause, is owned neither by the table's owner nor
--- by a superuser, or while a foreign key references the table: a
--- privilege can be revoked after the trigger or key was made.  Purge
--- refuses such a foreign key in every mode.
+-- mode refuses (55000) while a table carries any trigger but the
+-- extension's own and Citus's (a foreign key's check of the table's own
+-- rows aside), or while a foreign key references the table: a privilege
+-- can be revoked after the trigger or key was made.  Purge refuses such a
+-- foreign key in every mode.  attached_code_indirect.sql has the code
+-- reached through types, arguments and the caller's session.
 \set VERBOSITY terse
 \i sql/include/try.sql
 TRUNCATE idempotent_record, idempotency_token, idem_scope_grant;
@@ -114,13 +115,18 @@ SELECT attached, pg_temp.attached(ddl, call) AS answer FROM (VALUES
    $$ALTER TABLE regress_ac_refs ADD FOREIGN KEY (scope, key) REFERENCES idempotent_record ON DELETE RESTRICT$$),
   ('foreign key to idempotency_token', :token,
    $$ALTER TABLE regress_ac_token_refs ADD FOREIGN KEY (scope, token) REFERENCES idempotency_token ON DELETE SET NULL$$),
-  -- what the owner or a superuser wrote runs
+  -- nor what the owner or a superuser wrote: who made the trigger, who
+  -- chose its arguments and what its code resolves are unknown
   ('owner''s function', :claim,
    $$CREATE TRIGGER t BEFORE INSERT ON idempotent_record FOR EACH ROW EXECUTE FUNCTION regress_ac_audit()$$),
   ('superuser''s function', :claim,
    $$CREATE TRIGGER t BEFORE UPDATE ON idempotent_record FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()$$),
   ('owner''s function, built-in operator in WHEN', :claim,
-   $$CREATE TRIGGER t BEFORE INSERT ON idempotent_record FOR EACH ROW WHEN (NEW.key <> 'x') EXECUTE FUNCTION regress_ac_audit()$$)
+   $$CREATE TRIGGER t BEFORE INSERT ON idempotent_record FOR EACH ROW WHEN (NEW.key <> 'x') EXECUTE FUNCTION regress_ac_audit()$$),
+  -- a foreign key of the record table itself runs: its check reads the
+  -- referenced table (as that table's owner), no code of anyone
+  ('foreign key from idempotent_record', :claim,
+   $$CREATE TABLE regress_ac_tenants (scope text PRIMARY KEY); INSERT INTO regress_ac_tenants VALUES ('acct_a'), ('acct_b'); ALTER TABLE regress_ac_tenants OWNER TO regress_ac_trig; ALTER TABLE idempotent_record ADD FOREIGN KEY (scope) REFERENCES regress_ac_tenants$$)
 ) AS v(attached, call, ddl);
 
 -- the same refusal, message in full

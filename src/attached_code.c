@@ -2,94 +2,48 @@
  * attached_code.c
  *	  What the extension refuses to run as a table's owner: code that
  *	  another role could have attached to one of its tables.  A trigger
- *	  runs with the rights of whoever fires it, so in delegated mode a
- *	  trigger whose function another role owns (and may replace at any
- *	  time) would run that role's code as the owner.  A foreign key that
- *	  references the table runs actions of the referencing table and makes
- *	  purge fail on one referenced record, so it is not supported at all.
+ *	  runs with the rights of whoever fires it, so in delegated mode any
+ *	  trigger but the extension's own and Citus's could run another role's
+ *	  code as the owner.  A foreign key that references the table runs
+ *	  actions of the referencing table and makes purge fail on one
+ *	  referenced record, so it is not supported at all.
  */
 #include "postgres.h"
 
-#include "access/genam.h"
-#include "access/htup_details.h"
 #include "access/relation.h"
-#include "access/table.h"
-#include "catalog/pg_depend.h"
-#include "catalog/pg_operator.h"
+#include "catalog/dependency.h"
 #include "catalog/pg_proc.h"
-#include "catalog/pg_trigger.h"
+#include "commands/extension.h"
 #include "commands/trigger.h"
-#include "miscadmin.h"
-#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
-#include "utils/regproc.h"
 #include "utils/rel.h"
-#include "utils/syscache.h"
 
 #include "attached_code.h"
 
-static Oid
-function_owner(Oid fn)
-{
-	HeapTuple	tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
-	Oid			owner;
-
-	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "cache lookup failed for function %u", fn);
-	owner = ((Form_pg_proc) GETSTRUCT(tuple))->proowner;
-	ReleaseSysCache(tuple);
-	return owner;
-}
-
-/* Only the table's owner and superusers may have written what it runs */
-static bool
-trusted_function(Oid fn, Oid table_owner)
-{
-	Oid			owner = function_owner(fn);
-
-	return owner == table_owner || superuser_arg(owner);
-}
-
 /*
- * The first function that trigger tgoid runs and an untrusted role owns:
- * its trigger function, else one its WHEN clause calls (directly or as an
- * operator's function), as recorded in pg_depend.  InvalidOid: none.
+ * Is trigger one that delegated mode runs as the owner?  A foreign key's
+ * check on the table's own side (built in: it reads the referenced table
+ * as that table's owner and runs none of its code), or a trigger of this
+ * extension or of Citus without a WHEN clause.  Nothing else: a trigger's
+ * function, its WHEN clause (functions, operators, types with their
+ * domain checks and casts), its arguments given to a trusted function
+ * (lo_manage) and the names its code resolves through the caller's
+ * search_path and temporary tables can all be another role's code, and
+ * the function's owner does not tell who made the trigger.
  */
-static Oid
-untrusted_function(const Trigger *trigger, Oid table_owner)
+static bool
+trusted_trigger(const Trigger *trigger)
 {
-	Relation	depend;
-	ScanKeyData key[2];
-	SysScanDesc scan;
-	HeapTuple	tuple;
-	Oid			found = InvalidOid;
+	Oid			extension;
 
-	if (!trusted_function(trigger->tgfoid, table_owner))
-		return trigger->tgfoid;
-	if (trigger->tgqual == NULL)
-		return InvalidOid;
-
-	depend = table_open(DependRelationId, AccessShareLock);
-	ScanKeyInit(&key[0], Anum_pg_depend_classid, BTEqualStrategyNumber, F_OIDEQ,
-				ObjectIdGetDatum(TriggerRelationId));
-	ScanKeyInit(&key[1], Anum_pg_depend_objid, BTEqualStrategyNumber, F_OIDEQ,
-				ObjectIdGetDatum(trigger->tgoid));
-	scan = systable_beginscan(depend, DependDependerIndexId, true, NULL, 2, key);
-	while (!OidIsValid(found) && HeapTupleIsValid(tuple = systable_getnext(scan)))
-	{
-		Form_pg_depend dep = (Form_pg_depend) GETSTRUCT(tuple);
-		Oid			fn = InvalidOid;
-
-		if (dep->refclassid == ProcedureRelationId)
-			fn = dep->refobjid;
-		else if (dep->refclassid == OperatorRelationId)
-			fn = get_opcode(dep->refobjid);
-		if (OidIsValid(fn) && !trusted_function(fn, table_owner))
-			found = fn;
-	}
-	systable_endscan(scan);
-	table_close(depend, AccessShareLock);
-	return found;
+	if (RI_FKey_trigger_type(trigger->tgfoid) == RI_TRIGGER_FK)
+		return true;
+	if (trigger->tgqual != NULL)
+		return false;
+	extension = getExtensionOfObject(ProcedureRelationId, trigger->tgfoid);
+	return OidIsValid(extension) &&
+		(extension == get_extension_oid("idempotency", false) ||
+		 extension == get_extension_oid("citus", true));
 }
 
 /*
@@ -128,11 +82,9 @@ idem_refuse_referencing_keys(Oid relid)
 
 /*
  * 55000 when working as the owner of table relid would run code another
- * role could have attached: a trigger (row or statement, constraint or
- * deferred, enabled or not: any may be enabled later) one of whose
- * functions is owned neither by the table's owner nor by a superuser, or
- * a foreign key that references the table.  Citus's own triggers belong
- * to a superuser's extension and pass.
+ * role could have attached: a foreign key that references the table, or
+ * any trigger but those trusted_trigger accepts (row or statement,
+ * constraint or deferred, enabled or not: any may be enabled later).
  */
 void
 idem_refuse_attached_code(Oid relid)
@@ -144,17 +96,14 @@ idem_refuse_attached_code(Oid relid)
 	for (int i = 0; triggers != NULL && i < triggers->numtriggers; i++)
 	{
 		Trigger    *t = &triggers->triggers[i];
-		Oid			fn = untrusted_function(t, rel->rd_rel->relowner);
 
-		if (OidIsValid(fn))
+		if (!trusted_trigger(t))
 			ereport(ERROR,
 					errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					errmsg("trigger \"%s\" on table \"%s\" runs a function of role \"%s\"",
-						   t->tgname, RelationGetRelationName(rel),
-						   GetUserNameFromId(function_owner(fn), false)),
-					errdetail("Calls of roles without privileges on the table work as its owner, and would run function %s, which is owned neither by the table's owner nor by a superuser.",
-							  format_procedure(fn)),
-					errhint("Drop the trigger, or let the table's owner own the function."));
+					errmsg("trigger \"%s\" on table \"%s\" would run as the table's owner",
+						   t->tgname, RelationGetRelationName(rel)),
+					errdetail("Calls of roles without privileges on the table work as its owner, and run no trigger on it but the extension's own and Citus's: what another trigger runs, through its function, its WHEN clause, its arguments or the caller's search path, can be another role's code."),
+					errhint("Drop the trigger, or give the roles that call the functions a privilege on the table, so that their calls run as themselves."));
 	}
 	relation_close(rel, NoLock);
 }

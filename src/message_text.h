@@ -9,5 +9,6 @@
 #define IDEM_MESSAGE_VALUE_CHARS 100
 
 extern const char *idem_message_value(const char *value);
+extern Datum idem_input_value(Oid type, int32 typmod, const char *value);
 
 #endif							/* IDEMPOTENCY_MESSAGE_TEXT_H */

@@ -35,6 +35,7 @@
 
 #include "args.h"
 #include "compat.h"
+#include "message_text.h"
 
 /* OPERATOR(schema.name) of operator opno, for SQL */
 static char *
@@ -196,17 +197,13 @@ check_key_type(const TransitionTarget *t, int column, Oid id_type)
 /*
  * A state given by the caller as a value of the status column's type;
  * raises the type's own error (22P02 for an enum label that does not
- * exist, 22001 for a string too long for a varchar(n)).
+ * exist, 22001 for a string too long for a varchar(n)), the state in it
+ * shortened.
  */
 static Datum
 state_value(const TransitionTarget *t, const char *state)
 {
-	Oid			typinput;
-	Oid			typioparam;
-
-	getTypeInputInfo(t->status_type, &typinput, &typioparam);
-	return OidInputFunctionCall(typinput, (char *) state, typioparam,
-								t->status_typmod);
+	return idem_input_value(t->status_type, t->status_typmod, state);
 }
 
 typedef enum TransitionOutcome
