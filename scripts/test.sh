@@ -124,7 +124,7 @@ run_java_suite() {
     say "Java: @Idempotent for Spring (clients/java, JUnit 5 through Maven)"
     createdb idempotency_java && psql -q -X -d idempotency_java -c 'CREATE EXTENSION idempotency' \
         || { failed=$((failed + 1)); return; }
-    (cd clients/java && mvn -o -B -Dmaven.repo.local=/usr/share/maven-repo \
+    (cd clients/java && mvn -o -B -Dstyle.color=never -Dmaven.repo.local=/usr/share/maven-repo \
         -Didempotency.jdbcUrl="jdbc:postgresql://127.0.0.1:$PGPORT/idempotency_java?user=postgres" test) 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     # surefire's last summary line: "Tests run: 9, Failures: 0, Errors: 0, Skipped: 0"

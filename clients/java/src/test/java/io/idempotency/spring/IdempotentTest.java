@@ -27,6 +27,7 @@ import io.idempotency.spring.example.PaymentApplication;
 import io.idempotency.spring.example.PaymentProvider;
 import io.idempotency.spring.example.PaymentRequest;
 import io.idempotency.spring.example.PaymentService;
+import io.idempotency.spring.example.PaymentTable;
 import io.idempotency.spring.example.Receipt;
 
 import org.junit.jupiter.api.AfterEach;
@@ -48,8 +49,7 @@ class IdempotentTest {
     @BeforeEach
     void start() {
         startContext();
-        jdbc.execute("CREATE TABLE IF NOT EXISTS payment (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
-                + " request_id text NOT NULL, account text NOT NULL, amount int NOT NULL, fence bigint)");
+        PaymentTable.create(jdbc);
     }
 
     private void startContext() {
