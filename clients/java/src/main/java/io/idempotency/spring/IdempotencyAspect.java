@@ -28,6 +28,8 @@ import org.springframework.core.ParameterNameDiscoverer;
 import org.springframework.expression.Expression;
 import org.springframework.expression.spel.standard.SpelExpressionParser;
 import org.springframework.jdbc.datasource.DataSourceUtils;
+import org.springframework.transaction.annotation.AnnotationTransactionAttributeSource;
+import org.springframework.transaction.interceptor.TransactionAttribute;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
 
 /**
@@ -46,6 +48,7 @@ public class IdempotencyAspect implements Ordered {
     private final IdempotencyRecords records = new IdempotencyRecords();
     private final SpelExpressionParser parser = new SpelExpressionParser();
     private final ParameterNameDiscoverer parameterNames = new DefaultParameterNameDiscoverer();
+    private final AnnotationTransactionAttributeSource transactionAttributes = new AnnotationTransactionAttributeSource();
     private final Map<String, Expression> expressions = new ConcurrentHashMap<>();
     private int order = Ordered.LOWEST_PRECEDENCE;
 
@@ -103,6 +106,7 @@ public class IdempotencyAspect implements Ordered {
                 value = call.proceed();
             } catch (Throwable ex) {
                 if (beforeMethod != null && isStored(ex, idempotent)) {
+                    refuseIfRolledBack(ex, method, call.getTarget());
                     con.rollback(beforeMethod);
                     records.fail(con, req, failureJson(ex), false, null);
                 } else {
@@ -190,6 +194,20 @@ public class IdempotencyAspect implements Ordered {
             return type != null && declared.isAssignableFrom(Class.forName(type, false, declared.getClassLoader()));
         } catch (ClassNotFoundException e) {
             return false;
+        }
+    }
+
+    /**
+     * A stored failure is kept only if the transaction commits: refuse
+     * loudly when the method's own @Transactional would roll it back.
+     */
+    private void refuseIfRolledBack(Throwable ex, Method method, Object target) {
+        TransactionAttribute attribute =
+                transactionAttributes.getTransactionAttribute(method, AopUtils.getTargetClass(target));
+        if (attribute != null && attribute.rollbackOn(ex)) {
+            throw new IllegalStateException("@Idempotent " + method.getName() + ": storeFailures lists "
+                    + ex.getClass().getName() + " but @Transactional rolls back on it, which would drop the stored"
+                    + " failure; add it to noRollbackFor", ex);
         }
     }
 

@@ -190,6 +190,17 @@ class IdempotentTest {
     }
 
     @Test
+    void aStoredFailureThatTheTransactionWouldRollBackIsRefused() {
+        PaymentRequest req = new PaymentRequest(newKey("declined-rollback"), "acct_42", 5000);
+        IllegalStateException e = assertThrows(IllegalStateException.class,
+                () -> payments.payOrDeclineWithoutNoRollbackFor(req));
+        assertTrue(e.getMessage().contains("add it to noRollbackFor"), e.getMessage());
+        assertInstanceOf(CardDeclinedException.class, e.getCause());
+        assertEquals(0, rows(req.getRequestId()));
+        assertEquals(0, records(req.getRequestId(), "acct_42"), "the claim rolled back: the key is free");
+    }
+
+    @Test
     void withoutATransactionTheCallIsRefused() {
         PaymentRequest req = new PaymentRequest(newKey("no-tx"), "acct_42", 100);
         IllegalStateException e = assertThrows(IllegalStateException.class,

@@ -40,6 +40,17 @@ public class IdempotentPaymentService implements PaymentService {
     @Transactional(noRollbackFor = CardDeclinedException.class)
     @Idempotent(key = "#req.requestId", scope = "#req.account", storeFailures = CardDeclinedException.class)
     public long payOrDecline(PaymentRequest req) {
+        return insertOrDecline(req);
+    }
+
+    @Override
+    @Transactional
+    @Idempotent(key = "#req.requestId", scope = "#req.account", storeFailures = CardDeclinedException.class)
+    public long payOrDeclineWithoutNoRollbackFor(PaymentRequest req) {
+        return insertOrDecline(req);
+    }
+
+    private long insertOrDecline(PaymentRequest req) {
         long id = insert(req, null);
         provider.charge(req, null);
         if (req.getAmount() > 1000) {

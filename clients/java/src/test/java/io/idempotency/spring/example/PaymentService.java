@@ -14,6 +14,9 @@ public interface PaymentService {
     /** Declines amounts over 1000 with CardDeclinedException, stored as a final failure. */
     long payOrDecline(PaymentRequest req);
 
+    /** As payOrDecline, but its @Transactional lacks noRollbackFor: refused when it declines. */
+    long payOrDeclineWithoutNoRollbackFor(PaymentRequest req);
+
     /** Returns the receipt lines (a generic return type). */
     List<Receipt> payWithReceipt(PaymentRequest req);
 
