@@ -177,7 +177,7 @@ public class IdempotencyAspect implements Ordered {
             String type = node.path("exception").asText(null);
             String message = node.path("message").isNull() ? null : node.path("message").asText(null);
             for (Class<? extends Throwable> declared : idempotent.storeFailures()) {
-                if (declared.getName().equals(type) || isSubtypeNamed(declared, type)) {
+                if (isSubtypeNamed(declared, type)) {
                     Class<?> cls = Class.forName(type, false, declared.getClassLoader());
                     Constructor<?> ctor = cls.getConstructor(String.class);
                     return (Throwable) ctor.newInstance(message);
@@ -290,7 +290,7 @@ public class IdempotencyAspect implements Ordered {
             }
             return work.run(con);
         } catch (SQLException e) {
-            throw new IllegalStateException("@Idempotent: no connection from the DataSource", e);
+            throw new IllegalStateException("@Idempotent: a connection of its own from the DataSource failed", e);
         }
     }
 }
