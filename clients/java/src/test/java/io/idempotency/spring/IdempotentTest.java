@@ -257,6 +257,23 @@ class IdempotentTest {
     }
 
     @Test
+    void aLeasedCallThatThrowsReleasesTheKeyAtOnce() {
+        PaymentRequest req = new PaymentRequest(newKey("leased-throws"), "acct_42", 750);
+        provider.behaviour = (r, lease) -> {
+            throw new IllegalStateException("provider refused the connection");
+        };
+        assertThrows(IllegalStateException.class, () -> payments.payLeased(req));
+        assertEquals(0, rows(req.getRequestId()));
+
+        // the hour-long lease was released, not left to run out: the retry takes the key over
+        provider.behaviour = (r, lease) -> { };
+        long id = payments.payLeased(req);
+        assertEquals(Long.valueOf(2), jdbc.queryForObject("SELECT fence FROM payment WHERE id = ?", Long.class, id));
+        assertEquals(id, payments.payLeased(req));
+        assertEquals(2, provider.charges.get());
+    }
+
+    @Test
     void anUnknownOutcomeIsKeptForReconciliation() {
         PaymentRequest req = new PaymentRequest(newKey("unknown"), "acct_42", 800);
         provider.behaviour = (r, lease) -> {
