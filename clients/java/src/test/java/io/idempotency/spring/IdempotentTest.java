@@ -28,6 +28,7 @@ import io.idempotency.spring.example.PaymentProvider;
 import io.idempotency.spring.example.PaymentRequest;
 import io.idempotency.spring.example.PaymentService;
 import io.idempotency.spring.example.PaymentTable;
+import io.idempotency.spring.example.ProviderUnavailableException;
 import io.idempotency.spring.example.Receipt;
 
 import org.junit.jupiter.api.AfterEach;
@@ -132,6 +133,21 @@ class IdempotentTest {
         assertEquals(id, payments.payThroughProvider(req));
         assertEquals(2, provider.charges.get(), "the replay did not run the method");
         assertEquals(1, rows(req.getRequestId()));
+    }
+
+    @Test
+    void aCheckedExceptionThatCommitsReleasesTheKey() throws ProviderUnavailableException {
+        PaymentRequest req = new PaymentRequest(newKey("checked"), "acct_42", 260);
+        provider.unavailable = true;
+        // @Transactional commits on a checked exception: the caller sees the exception, not IK004 at commit
+        assertThrows(ProviderUnavailableException.class, () -> payments.payThroughUnavailableProvider(req));
+        assertEquals(1, rows(req.getRequestId()), "the method's write committed, as @Transactional decides");
+
+        provider.unavailable = false;
+        long id = payments.payThroughUnavailableProvider(req);
+        assertEquals(2, rows(req.getRequestId()), "the released key ran the method again");
+        assertEquals(id, payments.payThroughUnavailableProvider(req));
+        assertEquals(2, provider.charges.get());
     }
 
     @Test

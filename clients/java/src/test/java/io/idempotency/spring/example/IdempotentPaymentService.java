@@ -37,6 +37,15 @@ public class IdempotentPaymentService implements PaymentService {
     }
 
     @Override
+    @Transactional
+    @Idempotent(key = "#req.requestId", scope = "#req.account")
+    public long payThroughUnavailableProvider(PaymentRequest req) throws ProviderUnavailableException {
+        long id = insert(req, null);
+        provider.chargeOrUnavailable(req);
+        return id;
+    }
+
+    @Override
     @Transactional(noRollbackFor = CardDeclinedException.class)
     @Idempotent(key = "#req.requestId", scope = "#req.account", storeFailures = CardDeclinedException.class)
     public long payOrDecline(PaymentRequest req) {

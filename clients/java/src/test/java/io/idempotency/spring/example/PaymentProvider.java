@@ -17,6 +17,15 @@ public class PaymentProvider {
 
     public final AtomicInteger charges = new AtomicInteger();
     public volatile Behaviour behaviour = (req, lease) -> { };
+    public volatile boolean unavailable;
+
+    /** A charge that fails with a checked exception while unavailable is set. */
+    public void chargeOrUnavailable(PaymentRequest req) throws ProviderUnavailableException {
+        charges.incrementAndGet();
+        if (unavailable) {
+            throw new ProviderUnavailableException("provider unavailable");
+        }
+    }
 
     public void charge(PaymentRequest req, IdempotencyLease lease) {
         charges.incrementAndGet();

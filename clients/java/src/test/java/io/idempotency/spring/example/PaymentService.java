@@ -11,6 +11,9 @@ public interface PaymentService {
     /** As pay, but the provider is charged after the insert and may throw. */
     long payThroughProvider(PaymentRequest req);
 
+    /** As payThroughProvider, but the provider fails with a checked exception (the transaction commits). */
+    long payThroughUnavailableProvider(PaymentRequest req) throws ProviderUnavailableException;
+
     /** Declines amounts over 1000 with CardDeclinedException, stored as a final failure. */
     long payOrDecline(PaymentRequest req);
 
