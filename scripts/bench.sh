@@ -55,14 +55,15 @@ for v in CLIENTS HOT_CLIENTS HOT_KEYS THREADS DURATION RUNS RECORDS REPLAY_KEYS 
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { say "$v must be a positive integer"; usage; }
 done
 
-ensure_packages "${IDEM_PACKAGES[@]}" redis-server python3-redis python3-psycopg || exit 1
+ensure_packages "${IDEM_PACKAGES[@]}" redis-server python3-redis python3-psycopg "${JAVA_PACKAGES[@]}" || exit 1
 build_and_install || exit 1
 
 PRELOAD="shared_preload_libraries = 'idempotency'"
 # fsync on: synchronous_commit = on must mean a real WAL flush.  Big WAL so
 # that no checkpoint lands in the middle of a short run.
+# Loopback TCP as well, for pgJDBC in B9.
 cluster_start "fsync = on" "$PRELOAD" "shared_buffers = 256MB" \
-    "max_wal_size = 4GB" "checkpoint_timeout = 30min" || exit 1
+    "max_wal_size = 4GB" "checkpoint_timeout = 30min" "listen_addresses = '127.0.0.1'" || exit 1
 WORK=$CLUSTER_DIR/bench
 mkdir -p "$WORK" && chmod 777 "$WORK"
 
@@ -256,6 +257,24 @@ bench_b7() {
     done
 }
 
+# B9: the Spring library of clients/java, one JVM per run: the same payment
+# service under the Redis lock aspect (SET NX PX and a compare-and-delete
+# script over a minimal RESP client in the test sources: Debian has no Java
+# Redis client) and under @Idempotent, in a duplicate storm
+bench_b9() {
+    local out line mode
+    out=$(cd clients/java && mvn -q -o -B -Dstyle.color=never -Dmaven.repo.local=/usr/share/maven-repo \
+              test-compile exec:java \
+              -Dexec.args="jdbc:postgresql://127.0.0.1:$PGPORT/$DB?user=postgres $REDIS_PORT" 2>"$WORK/b9.$run.err") \
+        || { say "B9 failed"; tail -n 30 "$WORK/b9.$run.err" >&2; FAILED_ROWS+=(b9); return 1; }
+    for mode in redis_lock idempotent; do
+        line=$(grep -o "$mode calls_per_s.*" <<<"$out")
+        R[b9_$mode.$run]=$(sed -n 's/.*calls_per_s \([0-9]*\).*/\1/p' <<<"$line")
+        R[b9_dup_$mode.$run]=$(sed -n 's/.*duplicates \([0-9]*\).*/\1/p' <<<"$line")
+        printf '    %-14s %s\n' "b9_$mode" "$line" >&2
+    done
+}
+
 SC_ON="-c synchronous_commit=on"
 SC_OFF="-c synchronous_commit=off"
 say "$RUNS runs of ${DURATION}s per row; $CLIENTS clients ($HOT_CLIENTS for B3), $THREADS threads, -M $PROTOCOL"
@@ -296,6 +315,7 @@ for run in $(seq "$RUNS"); do
         bench_purge || FAILED_ROWS+=(b5)
     fi
     bench_b7
+    bench_b9
     if [ "$HAS_SCOPE_GRANTS" -gt 0 ]; then
         bench_roles || FAILED_ROWS+=(b8)
     fi
@@ -464,6 +484,10 @@ row B7 "Python client: extension vs Redis lock (req/s)" "$(fmt "$(med b7_ext)")"
 B7_DUP_EXT=$(total b7_dup_ext)
 B7_DUP_REDIS=$(total b7_dup_redis)
 row B7 "duplicate effects, client killed (all runs)" "$B7_DUP_EXT" "Redis lock + PG $B7_DUP_REDIS" "" "0" "$([ "$B7_DUP_EXT" -eq 0 ] && echo met || echo MISSED)"
+r=$(ratio b9_idempotent b9_redis_lock)
+row B9 "Spring: @Idempotent vs Redis lock (calls/s)" "$(fmt "$(med b9_idempotent)")" "Redis lock + PG $(fmt "$(med b9_redis_lock)")" "$(fmt "$r" 2)" "" ""
+B9_DUP=$(total b9_dup_idempotent)
+row B9 "Spring: duplicate payments, storm (all runs)" "$B9_DUP" "Redis lock + PG $(total b9_dup_redis_lock)" "" "0" "$([ "$B9_DUP" -eq 0 ] && echo met || echo MISSED)"
 if [ "$HAS_SCOPE_GRANTS" -gt 0 ]; then
     r=$(ratio b8_delegated_b1 b8_grants_b1)
     row B8 "new key: scope grant (delegated) vs grants" "$(fmt "$(med b8_delegated_b1)")" "table grants $(fmt "$(med b8_grants_b1)")" "$(fmt "$r" 2)" "" ""
@@ -481,9 +505,12 @@ echo "B3 effects written by the extension's claimers: $(values b3_ext_eff | past
      "inserted directly: $B6_PARTS."
 echo "B7: $CLIENTS client processes for requests/s; $HOT_CLIENTS on $HOT_KEYS hot keys per round, 3 rounds per run," \
      "a client killed after its COMMIT before each round (killed: Redis $(values b7_killed_redis | paste -sd' '), extension $(values b7_killed_ext | paste -sd' '))."
+echo "B9: Java 17, Spring 4.3 (clients/java), 2000 requests x 5 sends shuffled over 16 threads, a busy answer" \
+     "sent again after 1 ms; the lock is SET NX PX + a compare-and-delete Lua script over a minimal RESP client" \
+     "in the test sources (Debian has no Java Redis client), ordered outside the transaction."
 echo "Runs (tps, GET/s, rows/s or ms, in run order):"
 for name in b1_ext_on b1_hand_on b1_ext_off b1_hand_off b2_ext b2_hand b2_pk b2_redis b3_ext b3_hand \
-            b4_ext b5_rows b5_p99_quiet b5_p99_purge b7_ext b7_redis b1_hot_pct b1_preload b1_nopreload; do
+            b4_ext b5_rows b5_p99_quiet b5_p99_purge b7_ext b7_redis b9_idempotent b9_redis_lock b1_hot_pct b1_preload b1_nopreload; do
     v=$(values "$name" | awk '{printf ($1 >= 100 ? "%s%.0f" : "%s%.2f"), (NR > 1 ? " " : ""), $1}')
     [ -n "$v" ] && printf '  %-13s %s\n' "$name" "$v"
 done

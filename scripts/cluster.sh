@@ -23,6 +23,15 @@ else
 fi
 export PG_CONFIG
 
+# The Spring library of clients/java (test.sh, bench.sh): Maven with the
+# plugins and jars it builds with, all from Debian's repository
+# /usr/share/maven-repo (no Maven Central).
+JAVA_PACKAGES=(default-jdk-headless maven libmaven-resources-plugin-java libmaven-compiler-plugin-java
+               libsurefire-java libmaven-jar-plugin-java libexec-maven-plugin-java
+               libspring-context-java libspring-aop-java libspring-jdbc-java libspring-transaction-java
+               libaspectj-java libjackson2-databind-java libpostgresql-jdbc-java libhikaricp-java
+               libslf4j-java junit5)
+
 say() { printf '==> %s\n' "$*" >&2; }
 
 # Run a command as root: directly when we are root, else through sudo.

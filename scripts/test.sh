@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # make test: build, install, start a throwaway PostgreSQL cluster, run
 # pg_regress, the isolation specs (with the direct path, then with planned
-# SQL only), the HTTP example, the pgTAP and TAP suites, stop the cluster.
+# SQL only), the HTTP example, the Java library, the pgTAP and TAP suites,
+# stop the cluster.
 # Ends with "N passed, N failed"; exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/cluster.sh
 
-ensure_packages "${IDEM_PACKAGES[@]}" pgbouncer python3-psycopg python3-psycopg-pool || exit 1
+ensure_packages "${IDEM_PACKAGES[@]}" pgbouncer python3-psycopg python3-psycopg-pool "${JAVA_PACKAGES[@]}" || exit 1
 build_and_install || exit 1
 # preloaded and with prepared transactions (cluster.sh sets them), for the
-# tests in the Makefile's REGRESS_PRELOAD and ISOLATION_PRELOAD
-cluster_start "shared_preload_libraries = 'idempotency'" || exit 1
+# tests in the Makefile's REGRESS_PRELOAD and ISOLATION_PRELOAD; on loopback
+# TCP too, for the Java suite (pgJDBC has no Unix sockets without
+# junixsocket, which Debian does not package)
+cluster_start "shared_preload_libraries = 'idempotency'" "listen_addresses = '127.0.0.1'" || exit 1
 
 passed=0
 failed=0
@@ -114,6 +117,26 @@ run_http_suite() {
     server_stop "$dir/pgbouncer.pid"
 }
 
+# The Spring library (clients/java): its JUnit 5 suite through Maven,
+# offline against Debian's repository, on a database of its own.
+run_java_suite() {
+    local counts total bad errors skipped rc
+    say "Java: @Idempotent for Spring (clients/java, JUnit 5 through Maven)"
+    createdb idempotency_java && psql -q -X -d idempotency_java -c 'CREATE EXTENSION idempotency' \
+        || { failed=$((failed + 1)); return; }
+    (cd clients/java && mvn -o -B -Dstyle.color=never -Dmaven.repo.local=/usr/share/maven-repo \
+        -Didempotency.jdbcUrl="jdbc:postgresql://127.0.0.1:$PGPORT/idempotency_java?user=postgres" test) 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    # surefire's last summary line: "Tests run: 9, Failures: 0, Errors: 0, Skipped: 0"
+    counts=$(sed -n 's/^\[[A-Z]*\] Tests run: \([0-9]*\), Failures: \([0-9]*\), Errors: \([0-9]*\), Skipped: \([0-9]*\)$/\1 \2 \3 \4/p' "$log" | tail -n 1)
+    read -r total bad errors skipped <<<"${counts:-0 0 0 0}"
+    bad=$((bad + errors))
+    # a build that died before reporting any test counts as a failure
+    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
+    passed=$((passed + total - skipped - (bad > total ? total : bad)))
+    failed=$((failed + bad))
+}
+
 run_regress_suite "pg_regress" regresscheck regression.diffs
 run_regress_suite "isolation specs" isolationcheck output_iso/regression.diffs
 # the same specs and expected outputs with the planned-SQL path: the direct
@@ -121,6 +144,7 @@ run_regress_suite "isolation specs" isolationcheck output_iso/regression.diffs
 PGOPTIONS="-c idempotency.direct_access=off" \
     run_regress_suite "isolation specs, idempotency.direct_access = off" isolationcheck output_iso/regression.diffs
 run_http_suite
+run_java_suite
 run_pgtap_suite
 run_tap_suite
 rm -f "$log"

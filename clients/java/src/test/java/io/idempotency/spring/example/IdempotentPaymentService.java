@@ -1,0 +1,101 @@
+package io.idempotency.spring.example;
+
+import java.util.Arrays;
+import java.util.List;
+
+import io.idempotency.spring.Idempotent;
+import io.idempotency.spring.IdempotencyLease;
+
+import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.transaction.annotation.Transactional;
+
+/** The payment example of the README, and the variants the tests need. */
+public class IdempotentPaymentService implements PaymentService {
+
+    private final JdbcTemplate jdbc;
+    private final PaymentProvider provider;
+
+    public IdempotentPaymentService(JdbcTemplate jdbc, PaymentProvider provider) {
+        this.jdbc = jdbc;
+        this.provider = provider;
+    }
+
+    @Override
+    @Transactional
+    @Idempotent(key = "#req.requestId", scope = "#req.account")
+    public long pay(PaymentRequest req) {
+        return insert(req, null);
+    }
+
+    @Override
+    @Transactional
+    @Idempotent(key = "#req.requestId", scope = "#req.account")
+    public long payThroughProvider(PaymentRequest req) {
+        long id = insert(req, null);
+        provider.charge(req, null);
+        return id;
+    }
+
+    @Override
+    @Transactional
+    @Idempotent(key = "#req.requestId", scope = "#req.account")
+    public long payThroughUnavailableProvider(PaymentRequest req) throws ProviderUnavailableException {
+        long id = insert(req, null);
+        provider.chargeOrUnavailable(req);
+        return id;
+    }
+
+    @Override
+    @Transactional(noRollbackFor = CardDeclinedException.class)
+    @Idempotent(key = "#req.requestId", scope = "#req.account", storeFailures = CardDeclinedException.class)
+    public long payOrDecline(PaymentRequest req) {
+        return insertOrDecline(req);
+    }
+
+    @Override
+    @Transactional
+    @Idempotent(key = "#req.requestId", scope = "#req.account", storeFailures = CardDeclinedException.class)
+    public long payOrDeclineWithoutNoRollbackFor(PaymentRequest req) {
+        return insertOrDecline(req);
+    }
+
+    private long insertOrDecline(PaymentRequest req) {
+        long id = insert(req, null);
+        provider.charge(req, null);
+        if (req.getAmount() > 1000) {
+            throw new CardDeclinedException("card declined: " + req.getAmount() + " is over the limit of 1000");
+        }
+        return id;
+    }
+
+    @Override
+    @Transactional
+    @Idempotent(key = "#req.requestId", scope = "#req.account")
+    public List<Receipt> payWithReceipt(PaymentRequest req) {
+        long id = insert(req, null);
+        return Arrays.asList(new Receipt(id, "amount " + req.getAmount()), new Receipt(id, "fee 0"));
+    }
+
+    @Override
+    @Idempotent(key = "#req.requestId", scope = "#req.account")
+    public long payWithoutTransaction(PaymentRequest req) {
+        return insert(req, null);
+    }
+
+    @Override
+    @Transactional
+    @Idempotent(key = "#req.requestId", scope = "#req.account", lease = "1 hour")
+    public long payLeased(PaymentRequest req) {
+        IdempotencyLease lease = IdempotencyLease.current();
+        // a call that took the key over after the charge does not charge again
+        if (!"charged".equals(lease.getRecoveryPoint())) {
+            provider.charge(req, lease);
+        }
+        return insert(req, lease.getFence());
+    }
+
+    private long insert(PaymentRequest req, Long fence) {
+        return jdbc.queryForObject("INSERT INTO payment (request_id, account, amount, fence) VALUES (?, ?, ?, ?)"
+                + " RETURNING id", Long.class, req.getRequestId(), req.getAccount(), req.getAmount(), fence);
+    }
+}
