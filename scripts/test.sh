@@ -7,7 +7,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/cluster.sh
 
-ensure_packages "${IDEM_PACKAGES[@]}" pgbouncer python3-psycopg python3-psycopg-pool || exit 1
+ensure_packages "${IDEM_PACKAGES[@]}" pgbouncer python3-psycopg python3-psycopg-pool \
+    prometheus-postgres-exporter || exit 1
 build_and_install || exit 1
 # preloaded and with prepared transactions (cluster.sh sets them), for the
 # tests in the Makefile's REGRESS_PRELOAD and ISOLATION_PRELOAD
@@ -114,6 +115,32 @@ run_http_suite() {
     server_stop "$dir/pgbouncer.pid"
 }
 
+# examples/postgres_exporter_queries.yaml through Debian's
+# prometheus-postgres-exporter on a private loopback port, scraped over
+# HTTP after a scripted sequence (test/exporter/exporter_test.py); the
+# exporter stops when the suite ends.
+run_exporter_suite() {
+    local port=${IDEM_EXPORTER_PORT:-19187} pidfile=$CLUSTER_DIR/exporter.pid ok bad
+    say "postgres_exporter with examples/postgres_exporter_queries.yaml"
+    createdb idempotency_exporter && psql -q -X -d idempotency_exporter -c 'CREATE EXTENSION idempotency' \
+        || { failed=$((failed + 1)); return; }
+    DATA_SOURCE_NAME="host=$PGHOST port=$PGPORT user=postgres dbname=idempotency_exporter sslmode=disable" \
+        prometheus-postgres-exporter --extend.query-path=examples/postgres_exporter_queries.yaml \
+        --web.listen-address="127.0.0.1:$port" --disable-default-metrics --disable-settings-metrics \
+        >"$CLUSTER_DIR/exporter.log" 2>&1 &
+    echo $! >"$pidfile"
+    SERVER_PIDFILES+=("$pidfile")
+    /usr/bin/python3 test/exporter/exporter_test.py \
+        "host=$PGHOST port=$PGPORT dbname=idempotency_exporter user=postgres" \
+        "http://127.0.0.1:$port/metrics" 2>&1 | tee "$log"
+    ok=$(grep -cE '^ok [0-9]+ ' "$log")
+    bad=$(grep -cE '^not ok [0-9]+ ' "$log")
+    # a run that died before its last line counts as a failure
+    grep -qE '^[0-9]+ passed, [0-9]+ failed$' "$log" || { bad=$((bad + 1)); cat "$CLUSTER_DIR/exporter.log" >&2; }
+    passed=$((passed + ok)); failed=$((failed + bad))
+    server_stop "$pidfile"
+}
+
 run_regress_suite "pg_regress" regresscheck regression.diffs
 run_regress_suite "isolation specs" isolationcheck output_iso/regression.diffs
 # the same specs and expected outputs with the planned-SQL path: the direct
@@ -121,6 +148,7 @@ run_regress_suite "isolation specs" isolationcheck output_iso/regression.diffs
 PGOPTIONS="-c idempotency.direct_access=off" \
     run_regress_suite "isolation specs, idempotency.direct_access = off" isolationcheck output_iso/regression.diffs
 run_http_suite
+run_exporter_suite
 run_pgtap_suite
 run_tap_suite
 rm -f "$log"
