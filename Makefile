@@ -65,7 +65,7 @@ tapcheck:
 # They use Debian's PostgreSQL 15 unless PG_CONFIG names another server:
 # make test PG_CONFIG=/opt/pg18/bin/pg_config
 SERVER_ENV = $(if $(filter file,$(origin PG_CONFIG)),,PG_CONFIG='$(PG_CONFIG)')
-.PHONY: test demo bench dist
+.PHONY: test demo bench dist deb
 test:
 	$(SERVER_ENV) bash scripts/test.sh
 demo:
@@ -74,6 +74,10 @@ demo:
 dist:
 	git archive --format=tar.gz --prefix=$(EXTENSION)-$(EXTVERSION)/ \
 		-o $(EXTENSION)-$(EXTVERSION).tar.gz HEAD
+# The Debian packages postgresql-MAJOR-idempotency_VERSION_ARCH.deb, one per
+# installed major, in build/deb (debhelper and pg_buildext; debian/)
+deb:
+	bash scripts/deb.sh
 # bench parameters: make bench BENCH_ARGS="--runs 5 --duration 20"
 bench:
 	$(SERVER_ENV) bash scripts/bench.sh $(BENCH_ARGS)

@@ -141,6 +141,52 @@ run_exporter_suite() {
     server_stop "$pidfile"
 }
 
+# The Debian package (make deb) from this checkout: dpkg -i onto Debian's
+# PostgreSQL, a new preloaded cluster that loads the packaged library,
+# CREATE EXTENSION from the packaged files and make installcheck against
+# them; then dpkg -r, and every file the package had is gone.  The package
+# installs the paths make install did (this script holds the install lock):
+# the suite runs last and installs the build again when it ends.
+run_deb_suite() {
+    local deb files=() f left=0 pkg="postgresql-$PG_MAJOR-idempotency"
+    if [ "$PG_BINDIR" != "/usr/lib/postgresql/$PG_MAJOR/bin" ]; then
+        say "Debian package suite skipped: $PG_CONFIG is not Debian's PostgreSQL"
+        return
+    fi
+    say "Debian package: build, dpkg -i, installcheck against the packaged files, dpkg -r"
+    DEB_BUILD_OPTIONS=nocheck bash scripts/deb.sh || { failed=$((failed + 1)); return; }
+    deb=$(ls build/deb/"${pkg}"_*.deb)
+    if as_root dpkg -i "$deb" >"$log" 2>&1 && [ -z "$(dpkg --verify "$pkg")" ]; then
+        passed=$((passed + 1))
+        say "ok: $(basename "$deb") installed, its files unchanged on disk (dpkg --verify)"
+    else
+        failed=$((failed + 1)); cat "$log"; return
+    fi
+    mapfile -t files < <(dpkg -L "$pkg" | while read -r f; do [ -f "$f" ] && echo "$f"; done)
+    # a server started now loads the packaged library
+    cluster_stop
+    cluster_start "shared_preload_libraries = 'idempotency'" || { failed=$((failed + 1)); return; }
+    run_regress_suite "installcheck against $pkg" installcheck regression.diffs
+    if psql -X -At -c 'CREATE EXTENSION idempotency' -c 'SELECT wait_seconds_count FROM idempotency_stats' \
+        | grep -qx 0; then
+        passed=$((passed + 1)); say "ok: the packaged library preloads (idempotency_stats answers)"
+    else
+        failed=$((failed + 1))
+    fi
+    as_root dpkg -r "$pkg" >"$log" 2>&1 || { failed=$((failed + 1)); cat "$log"; }
+    for f in "${files[@]}"; do
+        [ -e "$f" ] && { say "left after dpkg -r: $f"; left=$((left + 1)); }
+    done
+    if [ "${#files[@]}" -gt 0 ] && [ "$left" -eq 0 ] &&
+        [ "$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null)" != installed ]; then
+        passed=$((passed + 1)); say "ok: dpkg -r removed all ${#files[@]} files of $pkg"
+    else
+        failed=$((failed + 1))
+    fi
+    # back to what build_and_install left for whatever runs after
+    as_root make -s PG_CONFIG="$PG_CONFIG" install >/dev/null || failed=$((failed + 1))
+}
+
 run_regress_suite "pg_regress" regresscheck regression.diffs
 run_regress_suite "isolation specs" isolationcheck output_iso/regression.diffs
 # the same specs and expected outputs with the planned-SQL path: the direct
@@ -151,6 +197,8 @@ run_http_suite
 run_exporter_suite
 run_pgtap_suite
 run_tap_suite
+# last: it restarts the cluster and swaps the installed files
+run_deb_suite
 rm -f "$log"
 
 if [ "$failed" -ne 0 ]; then
