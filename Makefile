@@ -70,10 +70,18 @@ test:
 	$(SERVER_ENV) bash scripts/test.sh
 demo:
 	$(SERVER_ENV) bash scripts/demo.sh
-# A release tarball of the committed tree: idempotency-VERSION.tar.gz
+# The PGXN release of the committed tree: idempotency-VERSION.zip, its files
+# under idempotency-VERSION/ with META.json at the root.  PGXN needs semantic
+# versions: VERSION is default_version with ".0" appended (1.1 -> 1.1.0),
+# and test/pgxn/meta_test.py checks that META.json says the same.
+# DIST_DIR: where the archive goes (default: here).
+DISTVERSION = $(EXTVERSION)$(if $(word 3,$(subst ., ,$(EXTVERSION))),,.0)
+DIST_DIR ?= .
+DIST_ZIP = $(DIST_DIR)/$(EXTENSION)-$(DISTVERSION).zip
 dist:
-	git archive --format=tar.gz --prefix=$(EXTENSION)-$(EXTVERSION)/ \
-		-o $(EXTENSION)-$(EXTVERSION).tar.gz HEAD
+	git archive --format=zip --prefix=$(EXTENSION)-$(DISTVERSION)/ -o $(DIST_ZIP) HEAD
+	python3 test/pgxn/meta_test.py $(DIST_ZIP) >/dev/null \
+		|| { python3 test/pgxn/meta_test.py $(DIST_ZIP) | grep '^not ok'; rm -f $(DIST_ZIP); exit 1; }
 # The Debian packages postgresql-MAJOR-idempotency_VERSION_ARCH.deb, one per
 # installed major, in build/deb (debhelper and pg_buildext; debian/)
 deb:

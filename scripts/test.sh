@@ -141,6 +141,24 @@ run_exporter_suite() {
     server_stop "$pidfile"
 }
 
+# META.json against the PGXN Meta Spec, and the archive of make dist when
+# the tree is a git checkout (a copy of it, so the tree gets no archive)
+run_pgxn_suite() {
+    local dir archive=() ok bad
+    say "PGXN: META.json and the make dist archive"
+    dir=$(mktemp -d /tmp/idempotency-dist.XXXXXX)
+    if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        make -s PG_CONFIG="$PG_CONFIG" DIST_DIR="$dir" dist >/dev/null 2>&1
+        archive=("$dir"/*.zip)
+    fi
+    python3 test/pgxn/meta_test.py "${archive[@]}" 2>&1 | tee "$log"
+    ok=$(grep -cE '^ok [0-9]+ ' "$log")
+    bad=$(grep -cE '^not ok [0-9]+ ' "$log")
+    grep -qE '^[0-9]+ passed, [0-9]+ failed$' "$log" || bad=$((bad + 1))
+    passed=$((passed + ok)); failed=$((failed + bad))
+    rm -rf "$dir"
+}
+
 # The Debian package (make deb) from this checkout: dpkg -i onto Debian's
 # PostgreSQL, a new preloaded cluster that loads the packaged library,
 # CREATE EXTENSION from the packaged files and make installcheck against
@@ -195,6 +213,7 @@ PGOPTIONS="-c idempotency.direct_access=off" \
     run_regress_suite "isolation specs, idempotency.direct_access = off" isolationcheck output_iso/regression.diffs
 run_http_suite
 run_exporter_suite
+run_pgxn_suite
 run_pgtap_suite
 run_tap_suite
 # last: it restarts the cluster and swaps the installed files
