@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 . scripts/cluster.sh
 
 ensure_packages "${IDEM_PACKAGES[@]}" pgbouncer python3-psycopg python3-psycopg-pool \
-    prometheus-postgres-exporter || exit 1
+    prometheus-postgres-exporter prometheus || exit 1
 build_and_install || exit 1
 # preloaded and with prepared transactions (cluster.sh sets them), for the
 # tests in the Makefile's REGRESS_PRELOAD and ISOLATION_PRELOAD
@@ -139,6 +139,14 @@ run_exporter_suite() {
     grep -qE '^[0-9]+ passed, [0-9]+ failed$' "$log" || { bad=$((bad + 1)); cat "$CLUSTER_DIR/exporter.log" >&2; }
     passed=$((passed + ok)); failed=$((failed + bad))
     server_stop "$pidfile"
+    # the alerting rules: the README shows the file, and they fire on these
+    # metrics at the rates it states (promtool's unit tests)
+    if sed -n '/^  ```yaml$/,/^  ```$/{/```/d;s/^  //;p}' README.md | diff - <(grep -v '^#' examples/prometheus_alerts.yaml) &&
+        (cd test/exporter && promtool test rules alerts_test.yaml); then
+        passed=$((passed + 1)); say "ok: README shows examples/prometheus_alerts.yaml, and its rules pass promtool test rules"
+    else
+        failed=$((failed + 1))
+    fi
 }
 
 # META.json against the PGXN Meta Spec, and the archive of make dist when
