@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # make test: build, install, start a throwaway PostgreSQL cluster, run
 # pg_regress, the isolation specs (with the direct path, then with planned
-# SQL only), the HTTP example, the pgTAP and TAP suites, stop the cluster.
+# SQL only), the HTTP example, the exporter queries in postgres_exporter,
+# META.json and the PGXN archive, the pgTAP and TAP suites, and last the
+# Debian package (built, installed, tested, removed); stop the cluster.
 # Ends with "N passed, N failed"; exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -22,6 +22,7 @@ in between equal to the view's and cumulative.  Prints "ok N - ..." /
 Usage: exporter_test.py DSN METRICS_URL
 (scripts/test.sh starts the database and the exporter.)
 """
+import os
 import re
 import sys
 import threading
@@ -30,16 +31,10 @@ import urllib.request
 
 import psycopg
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from taplines import check, done  # noqa: E402
+
 DSN, METRICS_URL = sys.argv[1], sys.argv[2]
-checks = 0
-failures = 0
-
-
-def check(ok, what):
-    global checks, failures
-    checks += 1
-    failures += not ok
-    print(("ok" if ok else "not ok"), checks, "-", what, flush=True)
 
 
 def connect(name):
@@ -75,6 +70,19 @@ def until_waiting(ctl, name, wait_event_type):
             return True
         time.sleep(0.01)
     return False
+
+
+def held_wait(name, claim, wait_event_type, *release):
+    """claim in a backend of its own, named name; once the server shows it
+    waiting (wait_event_type), hold it 1.1 s more, then run release in
+    session a: the claim's answer, or None if it was never seen waiting"""
+    waiter = in_thread(lambda: outcome(connect(name), claim))
+    seen = until_waiting(ctl, name, wait_event_type)
+    a.execute("SELECT pg_sleep(1.1)")
+    for sql in release:
+        a.execute(sql)
+    answer = waiter()
+    return answer if seen else None
 
 
 def outcome(conn, sql, params=()):
@@ -130,27 +138,19 @@ a.execute("BEGIN")
 outcome(a, "SELECT outcome FROM idem_claim('w-1')")
 check(outcome(b, "SELECT outcome FROM idem_claim('w-1', wait => false)") == "in_progress",
       "wait => false against an uncommitted claim: in_progress")
-waiter = in_thread(lambda: outcome(connect("exporter_key_waiter"),
-                                   "SELECT outcome FROM idem_claim('w-1')"))
-check(until_waiting(ctl, "exporter_key_waiter", "Lock"),
-      "the duplicate waits on the primary key")
-a.execute("SELECT pg_sleep(1.1)")
-a.execute("SELECT idem_finish('w-1', '{\"n\": 1}')")
-a.execute("COMMIT")
-check(waiter() == "replay", "the waiting duplicate replays after the commit")
+check(held_wait("exporter_key_waiter", "SELECT outcome FROM idem_claim('w-1')", "Lock",
+                "SELECT idem_finish('w-1', '{\"n\": 1}')", "COMMIT") == "replay",
+      "the duplicate waits on the primary key, then replays after the commit")
 
 # wait_for_outcome: at its bound (in_progress), and woken by the outcome
 outcome(a, "SELECT outcome FROM idem_claim('l-1', lease => '1 hour')")
 check(outcome(b, "SELECT outcome FROM idem_claim('l-1', wait_for_outcome => '1.5 s')")
       == "in_progress", "wait_for_outcome at its bound: in_progress")
 outcome(a, "SELECT outcome FROM idem_claim('l-2', lease => '1 hour')")
-waiter = in_thread(lambda: outcome(connect("exporter_outcome_waiter"),
-                                   "SELECT outcome FROM idem_claim('l-2', wait_for_outcome => '1 minute')"))
-check(until_waiting(ctl, "exporter_outcome_waiter", "Extension"),
-      "the wait_for_outcome duplicate sleeps")
-a.execute("SELECT pg_sleep(1.1)")
-a.execute("SELECT idem_finish('l-2', '{\"n\": 2}', fence => 1)")
-check(waiter() == "replay", "the sleeping duplicate is woken and replays")
+check(held_wait("exporter_outcome_waiter",
+                "SELECT outcome FROM idem_claim('l-2', wait_for_outcome => '1 minute')", "Extension",
+                "SELECT idem_finish('l-2', '{\"n\": 2}', fence => 1)") == "replay",
+      "the wait_for_outcome duplicate sleeps, then is woken by the outcome and replays")
 
 # a takeover of a lease that ended, and the old owner's stale fence
 outcome(a, "SELECT outcome FROM idem_claim('t-1', lease => '1 hour')")
@@ -224,5 +224,4 @@ check(metrics.get("idempotency_wait_seconds_sum") is not None
       and abs(metrics["idempotency_wait_seconds_sum"] - total) < 1e-6 and total >= 3.7,
       f"idempotency_wait_seconds_sum = the view's {total} >= 3.7")
 
-print(f"{checks - failures} passed, {failures} failed")
-sys.exit(1 if failures else 0)
+done()

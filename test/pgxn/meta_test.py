@@ -12,19 +12,14 @@ Prints "ok N - ..." / "not ok N - ..." per check, then "N passed, N failed".
 Usage: meta_test.py [ARCHIVE.zip]   (from the top of the source tree)
 """
 import json
+import os
 import re
 import sys
 import zipfile
 
-checks = 0
-failures = 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from taplines import check, done  # noqa: E402
 
-
-def check(ok, what):
-    global checks, failures
-    checks += 1
-    failures += not ok
-    print(("ok" if ok else "not ok"), checks, "-", what, flush=True)
 
 
 # SemVer 1.0.0, as the spec requires: three integers, an optional
@@ -144,5 +139,4 @@ if len(sys.argv) > 1:
         check(top + "idempotency.control" in names and top + "Makefile" in names,
               "the archive has the control file and the Makefile")
 
-print(f"{checks - failures} passed, {failures} failed")
-sys.exit(1 if failures else 0)
+done()
