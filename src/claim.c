@@ -20,6 +20,7 @@
 
 #include "args.h"
 #include "idempotency.h"
+#include "message_text.h"
 #include "outcome_wait.h"
 #include "record_store.h"
 #include "stats.h"
@@ -45,9 +46,9 @@ check_fingerprint(const IdemKey *id, bytea *stored, bytea *given)
 			errcode(ERRCODE_IDEM_FINGERPRINT_MISMATCH),
 			errmsg("idempotency key was already used for a different request"),
 			errdetail("Key \"%s\" in scope \"%s\" is held by a request with fingerprint %s; this request has fingerprint %s.",
-					  id->key, id->scope,
-					  DatumGetCString(DirectFunctionCall1(byteaout, PointerGetDatum(stored))),
-					  DatumGetCString(DirectFunctionCall1(byteaout, PointerGetDatum(given)))),
+					  idem_message_value(id->key), idem_message_value(id->scope),
+					  idem_message_value(DatumGetCString(DirectFunctionCall1(byteaout, PointerGetDatum(stored)))),
+					  idem_message_value(DatumGetCString(DirectFunctionCall1(byteaout, PointerGetDatum(given))))),
 			errhint("Use a new idempotency key for a new request."));
 }
 
@@ -87,7 +88,7 @@ require_own_transaction(const IdemKey *id)
 				errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
 				errmsg("leased claim cannot run inside a transaction block"),
 				errdetail("Key \"%s\" in scope \"%s\" would be claimed in a transaction block, a subtransaction or a pipeline, where the claim could roll back after the caller was told \"claimed\".",
-						  id->key, id->scope),
+						  idem_message_value(id->key), idem_message_value(id->scope)),
 				errhint("Call idem_claim with a lease as a statement of its own in autocommit mode, or make an in-transaction claim without a lease."));
 	MyXactFlags |= XACT_FLAGS_NEEDIMMEDIATECOMMIT;
 }
@@ -359,14 +360,14 @@ require_waitable_transaction(const IdemKey *id)
 				errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
 				errmsg("wait_for_outcome cannot wait in a transaction that has written or locked rows"),
 				errdetail("Key \"%s\" in scope \"%s\": while waiting, this transaction's locks could block the outcome it waits for, and no deadlock would be detected.",
-						  id->key, id->scope),
+						  idem_message_value(id->key), idem_message_value(id->scope)),
 				errhint("Claim with wait_for_outcome before the transaction's first write, or as a statement of its own."));
 	if (IsolationUsesXactSnapshot())
 		ereport(ERROR,
 				errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				errmsg("wait_for_outcome cannot wait under REPEATABLE READ or SERIALIZABLE"),
 				errdetail("Key \"%s\" in scope \"%s\": the transaction's snapshot could never see the outcome it waits for.",
-						  id->key, id->scope),
+						  idem_message_value(id->key), idem_message_value(id->scope)),
 				errhint("Claim with wait_for_outcome in a READ COMMITTED transaction, or retry after retry_after."));
 }
 

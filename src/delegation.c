@@ -12,6 +12,13 @@
  *	  do what the functions do: it cannot forge a fence, rewrite a result,
  *	  plant or delete a record, or reach a scope it was not granted.
  *
+ * Every privilege on a table counts (column privileges too): a role that
+ * holds any of them stays in invoker mode, where PostgreSQL checks each
+ * statement, so no privilege can lead into delegated mode (TRIGGER or
+ * REFERENCES would let the role attach code that the owner then runs).
+ * Code attached earlier is refused there all the same (attached_code.c):
+ * privileges can be revoked after a trigger was made.
+ *
  * A grant names a role (it applies to its members, as table privileges
  * do) and a pattern: an exact scope, a prefix ('tenant_a:*'), '*' for
  * every scope, or '{setting}', the scope named by a setting that was set
@@ -19,11 +26,15 @@
  * session-level SET would outlive the request, through a transaction
  * pooler into the next client's.  The grants are cached per backend and
  * the cache is dropped when a statement changes the table (its trigger
- * sends a relcache invalidation, which reaches every backend at commit).
+ * sends a relcache invalidation, which reaches every backend at commit);
+ * each check first takes the invalidations sent since, and a reload reads
+ * the table as last committed, also in a transaction whose snapshot is
+ * older, so a change binds the next call of every open transaction.
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_attribute.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type_d.h"
 #include "commands/trigger.h"
@@ -37,11 +48,14 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 #include "args.h"
+#include "attached_code.h"
 #include "compat.h"
 #include "delegation.h"
+#include "message_text.h"
 
 typedef struct ScopeGrant
 {
@@ -86,7 +100,11 @@ grants_relcache_callback(Datum arg, Oid relid)
 		grants_valid = false;
 }
 
-/* Read idem_scope_grant of the extension's schema, as its owner */
+/*
+ * Read idem_scope_grant of the extension's schema, as its owner, as last
+ * committed.  A trigger another role attached to it could have forged
+ * grants when they were written: then none is trusted.
+ */
 static void
 load_grants(Oid namespace)
 {
@@ -106,8 +124,9 @@ load_grants(Oid namespace)
 	}
 	MemoryContextReset(grants_context);
 	grants = NIL;
+	grants_namespace = InvalidOid;	/* set when the list is whole */
+	idem_refuse_attached_code(relid);
 	grants_table = relid;
-	grants_namespace = namespace;
 	grants_valid = true;		/* an invalidation while reading clears it */
 
 	sql = psprintf("SELECT grantee::pg_catalog.oid, pattern FROM ONLY %s.idem_scope_grant",
@@ -115,8 +134,10 @@ load_grants(Oid namespace)
 	idem_become_table_owner(relid, &save_user, &save_sec);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	PushActiveSnapshot(GetLatestSnapshot());
 	if (SPI_execute(sql, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "reading idem_scope_grant failed");
+	PopActiveSnapshot();
 	old = MemoryContextSwitchTo(grants_context);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
@@ -131,6 +152,7 @@ load_grants(Oid namespace)
 	MemoryContextSwitchTo(old);
 	SPI_finish();
 	SetUserIdAndSecContext(save_user, save_sec);
+	grants_namespace = namespace;
 }
 
 /*
@@ -184,29 +206,49 @@ idem_scope_is_permitted(Oid role, Oid namespace, const char *scope)
 }
 
 /*
+ * Does role hold any privilege on table relid, or on one of its columns?
+ * ACL_ALL_RIGHTS_RELATION is every privilege the server can grant on a
+ * table (MAINTAIN too, where the server has it).
+ */
+static bool
+holds_table_privilege(Oid relid, Oid role)
+{
+	return pg_class_aclmask(relid, role, ACL_ALL_RIGHTS_RELATION, ACLMASK_ANY) != 0 ||
+		pg_attribute_aclcheck_all(relid, role, ACL_ALL_RIGHTS_COLUMN, ACLMASK_ANY) == ACLCHECK_OK;
+}
+
+/* Take the grant changes committed since the last check */
+static void
+refresh_grants(void)
+{
+	AcceptInvalidationMessages();
+}
+
+/*
  * Begin the table work of a call on relid.  Invoker mode when the caller
- * holds any privilege on the table (it works as it always has, each
- * statement checked against its privileges); else the caller's right to
- * scope is checked (42501, the same for used and unused keys; scope NULL:
- * the function is gated by EXECUTE or filters by scope itself) and the
- * user id becomes the table's owner until idem_actor_end.
+ * holds any privilege on the table or its columns (it works as it always
+ * has, each statement checked against its privileges); else the caller's
+ * right to scope is checked (42501, the same for used and unused keys;
+ * scope NULL: the function is gated by EXECUTE or filters by scope
+ * itself), code another role attached to the table is refused (55000),
+ * and the user id becomes the table's owner until idem_actor_end.
  */
 void
 idem_actor_begin(IdemActor *actor, Oid relid, Oid namespace, const char *scope)
 {
 	actor->caller = GetUserId();
 	actor->delegated = false;
-	if (pg_class_aclmask(relid, actor->caller,
-						 ACL_SELECT | ACL_INSERT | ACL_UPDATE | ACL_DELETE | ACL_TRUNCATE,
-						 ACLMASK_ANY) != 0)
+	if (holds_table_privilege(relid, actor->caller))
 		return;
+	refresh_grants();
 	if (scope != NULL && !idem_scope_is_permitted(actor->caller, namespace, scope))
 		ereport(ERROR,
 				errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				errmsg("permission denied for idempotency scope \"%s\"", scope),
+				errmsg("permission denied for idempotency scope \"%s\"", idem_message_value(scope)),
 				errdetail("Role \"%s\" has neither privileges on table %s nor a grant in idem_scope_grant that matches the scope.",
 						  GetUserNameFromId(actor->caller, false), get_rel_name(relid)),
 				errhint("Insert a row for the role, or a role it is a member of, into idem_scope_grant."));
+	idem_refuse_attached_code(relid);
 
 	/*
 	 * On a Citus table the switch must happen on the node that holds the
@@ -238,6 +280,7 @@ Datum
 idem_scope_permitted(PG_FUNCTION_ARGS)
 {
 	idem_require_arg(fcinfo, 0, "scope", "idem_scope_permitted");
+	refresh_grants();
 	PG_RETURN_BOOL(idem_scope_is_permitted(GetUserId(), get_func_namespace(fcinfo->flinfo->fn_oid),
 										   text_to_cstring(PG_GETARG_TEXT_PP(0))));
 }

@@ -20,6 +20,7 @@
 
 #include "args.h"
 #include "idempotency.h"
+#include "message_text.h"
 #include "outcome_wait.h"
 #include "record_store.h"
 #include "stats.h"
@@ -42,9 +43,9 @@ not_claimed_error(const IdemKey *id, const char *fn, bool by_this_transaction)
 			errmsg("idempotency key is not claimed"),
 			by_this_transaction ?
 			errdetail("Key \"%s\" in scope \"%s\" has no open claim made by idem_claim in this transaction.",
-					  id->key, id->scope) :
+					  idem_message_value(id->key), idem_message_value(id->scope)) :
 			errdetail("Key \"%s\" in scope \"%s\" has no record.",
-					  id->key, id->scope),
+					  idem_message_value(id->key), idem_message_value(id->scope)),
 			by_this_transaction ?
 			errhint("Call %s in the transaction whose idem_claim answered \"claimed\", or pass the fence of a leased claim.", fn) :
 			errhint("Call %s only after idem_claim answered \"claimed\".", fn));
@@ -80,9 +81,9 @@ explain_refusal(const IdemKey *id, int64 fence, const char *fn,
 				errmsg("fence does not match the claim"),
 				taken_over ?
 				errdetail("Key \"%s\" in scope \"%s\" has fence " INT64_FORMAT "; this call has fence " INT64_FORMAT ".",
-						  id->key, id->scope, rec.fence, fence) :
+						  idem_message_value(id->key), idem_message_value(id->scope), rec.fence, fence) :
 				errdetail("Key \"%s\" in scope \"%s\" has fence " INT64_FORMAT "; this call has fence " INT64_FORMAT ", which the record has not issued.",
-						  id->key, id->scope, rec.fence, fence),
+						  idem_message_value(id->key), idem_message_value(id->scope), rec.fence, fence),
 				taken_over ?
 				errhint("Only the holder of the current fence may write; a worker whose lease was taken over must stop and record nothing.") :
 				errhint("Pass the fence that idem_claim returned; fences start at 1 and grow by one at each reclaim or takeover."));
@@ -92,23 +93,23 @@ explain_refusal(const IdemKey *id, int64 fence, const char *fn,
 				errcode(ERRCODE_IDEM_NOT_HELD),
 				errmsg("idempotency key already has an outcome"),
 				errdetail("Key \"%s\" in scope \"%s\" has status %s and fence " INT64_FORMAT ".",
-						  id->key, id->scope, idem_status_names[rec.status], rec.fence),
+						  idem_message_value(id->key), idem_message_value(id->scope), idem_status_names[rec.status], rec.fence),
 				errhint("An outcome is recorded once; duplicates replay it."));
 	if (records_outcome)
 		ereport(ERROR,
 				errcode(ERRCODE_IDEM_NOT_HELD),
 				errmsg("idempotency record was not updated"),
 				errdetail("Key \"%s\" in scope \"%s\" has status %s and fence " INT64_FORMAT ", but the row this call was to update was deleted while it waited (a purge, then a new claim of the key), or a trigger or row level security policy on idempotent_record refused the update.",
-						  id->key, id->scope, idem_status_names[rec.status], rec.fence),
+						  idem_message_value(id->key), idem_message_value(id->scope), idem_status_names[rec.status], rec.fence),
 				errhint("After a purge and a new claim, record nothing: the new claim's holder records the outcome.  Otherwise let the extension's writes pass the table's triggers and policies."));
 	ereport(ERROR,
 			errcode(ERRCODE_IDEM_NOT_HELD),
 			errmsg("%s does not apply to this claim", fn),
 			rec.has_lease ?
 			errdetail("Key \"%s\" in scope \"%s\" has status %s and a lease.",
-					  id->key, id->scope, idem_status_names[rec.status]) :
+					  idem_message_value(id->key), idem_message_value(id->scope), idem_status_names[rec.status]) :
 			errdetail("Key \"%s\" in scope \"%s\" has status %s and no lease.",
-					  id->key, id->scope, idem_status_names[rec.status]),
+					  idem_message_value(id->key), idem_message_value(id->scope), idem_status_names[rec.status]),
 			errhint("idem_checkpoint needs a claim in progress; idem_extend_lease a leased one."));
 }
 
@@ -134,7 +135,7 @@ required_fence(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 					errcode(ERRCODE_IDEM_NOT_HELD),
 					errmsg("idempotency key already has an outcome"),
 					errdetail("Key \"%s\" in scope \"%s\" had its outcome recorded earlier in this transaction.",
-							  id->key, id->scope),
+							  idem_message_value(id->key), idem_message_value(id->scope)),
 					errhint("An outcome is recorded once; duplicates replay it."));
 		if (!PG_ARGISNULL(fence_arg) && PG_GETARG_INT64(fence_arg) != claim->fence)
 		{
@@ -143,7 +144,7 @@ required_fence(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 					errcode(ERRCODE_IDEM_STALE_FENCE),
 					errmsg("fence does not match the claim held by this transaction"),
 					errdetail("This transaction holds key \"%s\" in scope \"%s\" with fence " INT64_FORMAT "; this call has fence " INT64_FORMAT ".",
-							  id->key, id->scope, claim->fence, PG_GETARG_INT64(fence_arg)),
+							  idem_message_value(id->key), idem_message_value(id->scope), claim->fence, PG_GETARG_INT64(fence_arg)),
 					errhint("Pass the fence that idem_claim returned, or none."));
 		}
 		*held = claim;
@@ -161,7 +162,7 @@ required_fence(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 				errcode(ERRCODE_IDEM_STALE_FENCE),
 				errmsg("a fence is required to write to a leased claim"),
 				errdetail("Key \"%s\" in scope \"%s\" has status %s and fence " INT64_FORMAT ".",
-						  id->key, id->scope, idem_status_names[rec.status], rec.fence),
+						  idem_message_value(id->key), idem_message_value(id->scope), idem_status_names[rec.status], rec.fence),
 				errhint("Pass fence => the fence that your idem_claim returned."));
 	}
 	not_claimed_error(id, fn, true);

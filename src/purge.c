@@ -8,12 +8,27 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 #include "args.h"
+#include "attached_code.h"
 #include "record_store.h"
 #include "stats.h"
 #include "tokens.h"
+
+/*
+ * A foreign key that references either table would fail a whole batch on
+ * one referenced row: purge refuses to start while one exists (55000).
+ */
+static void
+refuse_referenced_tables(Oid fn)
+{
+	Oid			namespace = get_func_namespace(fn);
+
+	idem_refuse_referencing_keys(get_relname_relid("idempotent_record", namespace));
+	idem_refuse_referencing_keys(get_relname_relid("idempotency_token", namespace));
+}
 
 /*
  * idem_purge(batch_size integer) RETURNS bigint
@@ -21,7 +36,7 @@
  *	  first (never one under a live lease or awaiting reconciliation, never
  *	  one a claim is writing), then tokens; returns how many went.  Errors:
  *	  22004 NULL, 22023 batch_size < 1, 25006 read-only transaction or
- *	  standby.
+ *	  standby, 55000 a foreign key references either table.
  */
 PG_FUNCTION_INFO_V1(idem_purge);
 Datum
@@ -40,6 +55,7 @@ idem_purge(PG_FUNCTION_ARGS)
 				errdetail("The batch_size given is %d.", batch_size));
 
 	idem_require_read_write("idem_purge");
+	refuse_referenced_tables(fcinfo->flinfo->fn_oid);
 	now = GetCurrentTimestamp();
 	idem_store_begin(fcinfo->flinfo->fn_oid, false, NULL);
 	purged = idem_store_purge(now, batch_size);

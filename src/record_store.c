@@ -38,6 +38,7 @@
 #include "citus.h"
 #include "delegation.h"
 #include "idempotency.h"
+#include "message_text.h"
 #include "record_direct.h"
 #include "record_store.h"
 #include "saved_plans.h"
@@ -391,7 +392,7 @@ idem_store_hidden_record_error(const IdemKey *id)
 			errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			errmsg("idempotency record exists but is not visible to this role"),
 			errdetail("Key \"%s\" in scope \"%s\" has a record that row level security hides from the current role.",
-					  id->key, id->scope),
+					  idem_message_value(id->key), idem_message_value(id->scope)),
 			errhint("A policy on idempotent_record that hides a scope's records from a role must also refuse that role's inserts into the scope (WITH CHECK)."));
 }
 

@@ -26,12 +26,13 @@
 
 #include "guards.h"
 #include "idempotency.h"
+#include "message_text.h"
 
-/* A state in double quotes for a message, or NULL */
+/* A state in double quotes for a message (shortened), or NULL */
 static const char *
 state_for_message(const char *state)
 {
-	return state == NULL ? "NULL" : psprintf("\"%s\"", state);
+	return state == NULL ? "NULL" : psprintf("\"%s\"", idem_message_value(state));
 }
 
 /* The parsed arguments of one trigger, cached for a statement */

@@ -19,6 +19,7 @@
 #include "utils/memutils.h"
 
 #include "idempotency.h"
+#include "message_text.h"
 #include "xact_claims.h"
 
 /* HeldClaim pointers, in TopTransactionContext; NIL outside a transaction */
@@ -101,7 +102,7 @@ claims_xact_callback(XactEvent event, void *arg)
 						errmsg("cannot prepare a transaction with an unfinished idempotency claim"),
 						errdetail_plural("Key \"%s\" in scope \"%s\" was claimed in this transaction without an outcome (%d such claim).",
 										 "Key \"%s\" in scope \"%s\" was claimed in this transaction without an outcome (%d such claims).",
-										 nopen, open->key, open->scope, nopen),
+										 nopen, idem_message_value(open->key), idem_message_value(open->scope), nopen),
 						errhint("Call idem_finish or idem_fail for every key claimed in the transaction before it ends; this transaction has been rolled back."));
 			break;
 		case XACT_EVENT_COMMIT:
