@@ -192,8 +192,8 @@ typedef struct ClaimLoop
 
 /*
  * A claim write, in the attempt that started at attempt_start, changed
- * nothing.  Usually a concurrent transaction changed
- * the record first: return false to try again.  With wait => false it may
+ * nothing.  Usually a concurrent transaction changed the record first:
+ * return false to try again.  With wait => false it may
  * instead have refused to wait for a lock: answer in_progress when that
  * lock is the key's (another transaction holds or writes the record), and
  * try again when it was something else (another backend extending the
@@ -205,7 +205,7 @@ write_lost(const IdemKey *id, bytea *fingerprint, ClaimLoop *loop,
 {
 	bytea	   *other_fingerprint;
 
-	/* a wait on the key, timed from the attempt's start (README "idempotency_stats") */
+	/* a wait on the key, from the attempt's start (README "idempotency_stats") */
 	if (loop->wait)
 		idem_stats_wait_ended(IDEM_WAIT_KEY, attempt_start);
 	if (loop->wait || !idem_store_write_would_wait() ||
