@@ -65,15 +65,27 @@ tapcheck:
 # They use Debian's PostgreSQL 15 unless PG_CONFIG names another server:
 # make test PG_CONFIG=/opt/pg18/bin/pg_config
 SERVER_ENV = $(if $(filter file,$(origin PG_CONFIG)),,PG_CONFIG='$(PG_CONFIG)')
-.PHONY: test demo bench dist
+.PHONY: test demo bench dist deb
 test:
 	$(SERVER_ENV) bash scripts/test.sh
 demo:
 	$(SERVER_ENV) bash scripts/demo.sh
-# A release tarball of the committed tree: idempotency-VERSION.tar.gz
+# The PGXN release of the committed tree: idempotency-VERSION.zip, its files
+# under idempotency-VERSION/ with META.json at the root.  PGXN needs semantic
+# versions: VERSION is default_version with ".0" appended (1.1 -> 1.1.0),
+# and test/pgxn/meta_test.py checks that META.json says the same.
+# DIST_DIR: where the archive goes (default: here).
+DISTVERSION = $(EXTVERSION)$(if $(word 3,$(subst ., ,$(EXTVERSION))),,.0)
+DIST_DIR ?= .
+DIST_ZIP = $(DIST_DIR)/$(EXTENSION)-$(DISTVERSION).zip
 dist:
-	git archive --format=tar.gz --prefix=$(EXTENSION)-$(EXTVERSION)/ \
-		-o $(EXTENSION)-$(EXTVERSION).tar.gz HEAD
+	git archive --format=zip --prefix=$(EXTENSION)-$(DISTVERSION)/ -o $(DIST_ZIP) HEAD
+	python3 test/pgxn/meta_test.py $(DIST_ZIP) >/dev/null \
+		|| { python3 test/pgxn/meta_test.py $(DIST_ZIP) | grep '^not ok'; rm -f $(DIST_ZIP); exit 1; }
+# The Debian packages postgresql-MAJOR-idempotency_VERSION_ARCH.deb, one per
+# installed major, in build/deb (debhelper and pg_buildext; debian/)
+deb:
+	bash scripts/deb.sh
 # bench parameters: make bench BENCH_ARGS="--runs 5 --duration 20"
 bench:
 	$(SERVER_ENV) bash scripts/bench.sh $(BENCH_ARGS)

@@ -117,6 +117,27 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'idem_scope_permitted'
 LANGUAGE C STABLE;
 
+-------------------------------------------------------------------------------
+-- idempotency_stats: the time duplicates waited, as a histogram
+-------------------------------------------------------------------------------
+
+-- A function of its own, appended to the view's columns: CREATE OR REPLACE
+-- VIEW keeps the privileges granted on the view and the user's views that
+-- read it, and idem_stats() keeps its 1.0 columns.
+CREATE FUNCTION @extschema@.idem_wait_stats(
+    OUT outcome_waits       bigint,
+    OUT wait_seconds        float8[],
+    OUT wait_seconds_bucket bigint[],
+    OUT wait_seconds_sum    float8,
+    OUT wait_seconds_count  bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_wait_stats'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+
+CREATE OR REPLACE VIEW @extschema@.idempotency_stats AS
+    SELECT s.*, w.*
+      FROM @extschema@.idem_stats() AS s CROSS JOIN @extschema@.idem_wait_stats() AS w;
+
 -- One line per object; the README reference gives the arguments, results,
 -- errors and semantics of each.
 COMMENT ON FUNCTION @extschema@.idem_claim(text, text, bytea, interval, boolean, interval, interval) IS 'claim an idempotency key, or learn the outcome to replay';
@@ -143,9 +164,15 @@ COMMENT ON FUNCTION @extschema@.idem_token_issue(text, interval) IS 'issue a sin
 COMMENT ON FUNCTION @extschema@.idem_token_consume(text, text) IS 'consume a single-use token: true exactly once';
 COMMENT ON FUNCTION @extschema@.idem_stats() IS 'the cluster-wide counters behind idempotency_stats';
 COMMENT ON FUNCTION @extschema@.idem_stats_reset() IS 'reset the counters of idempotency_stats to zero';
-COMMENT ON VIEW @extschema@.idempotency_stats IS 'cluster-wide counters since stats_reset (needs shared_preload_libraries)';
+COMMENT ON VIEW @extschema@.idempotency_stats IS 'cluster-wide counters and the wait-time histogram since stats_reset (needs shared_preload_libraries)';
 COMMENT ON COLUMN @extschema@.idempotency_stats.claims IS 'claims answered claimed, and idem_once calls that returned true';
 COMMENT ON COLUMN @extschema@.idempotency_stats.waits IS 'claim writes that waited for another transaction''s write of the same key';
+COMMENT ON FUNCTION @extschema@.idem_wait_stats() IS 'the wait-time histogram behind the last columns of idempotency_stats';
+COMMENT ON COLUMN @extschema@.idempotency_stats.outcome_waits IS 'claims that slept under wait_for_outcome';
+COMMENT ON COLUMN @extschema@.idempotency_stats.wait_seconds IS 'upper bounds (le) of the wait-time buckets, in seconds; fixed';
+COMMENT ON COLUMN @extschema@.idempotency_stats.wait_seconds_bucket IS 'waits (waits + outcome_waits) that lasted at most each bound, cumulative';
+COMMENT ON COLUMN @extschema@.idempotency_stats.wait_seconds_sum IS 'seconds spent in all waits';
+COMMENT ON COLUMN @extschema@.idempotency_stats.wait_seconds_count IS 'all waits: waits + outcome_waits';
 COMMENT ON TYPE @extschema@.idem_status IS 'status of an idempotency record: in_progress, succeeded, failed or unknown';
 COMMENT ON TABLE @extschema@.idempotent_record IS 'one row per idempotency key: its claim, status, fingerprint and stored result';
 COMMENT ON COLUMN @extschema@.idempotent_record.expires_at IS 'claim time + ttl; a final outcome is kept at least its retention after updated_at';

@@ -284,10 +284,15 @@ for run in $(seq "$RUNS"); do
     # in alternating order from run to run so that neither side always runs
     # on the bigger table
     if [ $((run % 2)) -eq 1 ]; then order="no yes"; else order="yes no"; fi
+    # the same for B3, hot keys, where duplicates wait: with the library
+    # preloaded each wait is also timed into the wait_seconds histogram
     for p in $order; do
         restart_cluster "$p" || exit 1
         if [ "$p" = yes ]; then name=b1_preload; else name=b1_nopreload; fi
         pgbench_tps "$name" b1_ext.pgbench "$CLIENTS" "$SC_OFF"
+        if [ "$p" = yes ]; then name=b3_preload; else name=b3_nopreload; fi
+        pgbench_tps "$name" b3_ext.pgbench "$HOT_CLIENTS" "$SC_OFF"
+        [ "$p" = yes ] && R[b3_waits.$run]=$(sqlv "SELECT wait_seconds_count FROM idempotency_stats")
     done
     upd0=$(record_updates)
     pgbench_tps b1_ext_on b1_ext.pgbench "$CLIENTS" "$SC_ON"
@@ -433,6 +438,7 @@ verdict() {
 row() { printf '| %-3s | %-44s | %12s | %-26s | %7s | %-10s | %-6s |\n' "$@"; }
 
 OVER=$(awk -v r="$(ratio b1_preload b1_nopreload)" 'BEGIN {if (r != "") printf "%.4f", (1 - r) * 100}')
+WAIT_OVER=$(awk -v r="$(ratio b3_preload b3_nopreload)" 'BEGIN {if (r != "") printf "%.4f", (1 - r) * 100}')
 DUPS_EXT=$(total b3_ext_dup)
 DUPS_HAND=$(total b3_hand_dup)
 
@@ -499,6 +505,7 @@ if [ "$HAS_SCOPE_GRANTS" -gt 0 ]; then
     row B8 "replay: delegated vs row level security" "" "RLS recipe $(fmt "$(med b8_rls_b2)")" "$(fmt "$r" 2)" "" ""
 fi
 row B1 "counter overhead, sync commit off (tps)" "$(fmt "$(med b1_preload)") counting" "$(fmt "$(med b1_nopreload)") not preloaded" "$(fmt "$OVER" 2)%" "< 2%" "$(verdict "$OVER" '<' 2)"
+row B3 "counters + wait histogram, hot keys (tps)" "$(fmt "$(med b3_preload)") counting" "$(fmt "$(med b3_nopreload)") not preloaded" "$(fmt "$WAIT_OVER" 2)%" "< 2%" "$(verdict "$WAIT_OVER" '<' 2)"
 echo
 echo "B3 effects written by the extension's claimers: $(values b3_ext_eff | paste -sd' ') (per run);" \
      "B6: $RECORDS records, results of ~$B6_RESULT bytes as text; bytes per record made by requests: $B6_REQ_PARTS;" \
@@ -510,7 +517,8 @@ echo "B9: Java 17, Spring 4.3 (clients/java), 2000 requests x 5 sends shuffled o
      "in the test sources (Debian has no Java Redis client), ordered outside the transaction."
 echo "Runs (tps, GET/s, rows/s or ms, in run order):"
 for name in b1_ext_on b1_hand_on b1_ext_off b1_hand_off b2_ext b2_hand b2_pk b2_redis b3_ext b3_hand \
-            b4_ext b5_rows b5_p99_quiet b5_p99_purge b7_ext b7_redis b9_idempotent b9_redis_lock b1_hot_pct b1_preload b1_nopreload; do
+            b4_ext b5_rows b5_p99_quiet b5_p99_purge b7_ext b7_redis b9_idempotent b9_redis_lock b1_hot_pct b1_preload b1_nopreload \
+            b3_preload b3_nopreload b3_waits; do
     v=$(values "$name" | awk '{printf ($1 >= 100 ? "%s%.0f" : "%s%.2f"), (NR > 1 ? " " : ""), $1}')
     [ -n "$v" ] && printf '  %-13s %s\n' "$name" "$v"
 done

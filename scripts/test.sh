@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # make test: build, install, start a throwaway PostgreSQL cluster, run
 # pg_regress, the isolation specs (with the direct path, then with planned
-# SQL only), the HTTP example, the Java library, the pgTAP and TAP suites,
+# SQL only), the HTTP example, the Java library, the exporter queries in
+# postgres_exporter, META.json and the PGXN archive, the pgTAP and TAP
+# suites, and last the Debian package (built, installed, tested, removed);
 # stop the cluster.
 # Ends with "N passed, N failed"; exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/cluster.sh
 
-ensure_packages "${IDEM_PACKAGES[@]}" pgbouncer python3-psycopg python3-psycopg-pool "${JAVA_PACKAGES[@]}" || exit 1
+ensure_packages "${IDEM_PACKAGES[@]}" pgbouncer python3-psycopg python3-psycopg-pool \
+    prometheus-postgres-exporter prometheus "${JAVA_PACKAGES[@]}" || exit 1
 build_and_install || exit 1
 # preloaded and with prepared transactions (cluster.sh sets them), for the
 # tests in the Makefile's REGRESS_PRELOAD and ISOLATION_PRELOAD; on loopback
@@ -137,6 +140,105 @@ run_java_suite() {
     failed=$((failed + bad))
 }
 
+# examples/postgres_exporter_queries.yaml through Debian's
+# prometheus-postgres-exporter on a private loopback port, scraped over
+# HTTP after a scripted sequence (test/exporter/exporter_test.py); the
+# exporter stops when the suite ends.
+run_exporter_suite() {
+    local port=${IDEM_EXPORTER_PORT:-19187} pidfile=$CLUSTER_DIR/exporter.pid ok bad
+    say "postgres_exporter with examples/postgres_exporter_queries.yaml"
+    createdb idempotency_exporter && psql -q -X -d idempotency_exporter -c 'CREATE EXTENSION idempotency' \
+        || { failed=$((failed + 1)); return; }
+    DATA_SOURCE_NAME="host=$PGHOST port=$PGPORT user=postgres dbname=idempotency_exporter sslmode=disable" \
+        prometheus-postgres-exporter --extend.query-path=examples/postgres_exporter_queries.yaml \
+        --web.listen-address="127.0.0.1:$port" --disable-default-metrics --disable-settings-metrics \
+        >"$CLUSTER_DIR/exporter.log" 2>&1 &
+    echo $! >"$pidfile"
+    SERVER_PIDFILES+=("$pidfile")
+    /usr/bin/python3 test/exporter/exporter_test.py \
+        "host=$PGHOST port=$PGPORT dbname=idempotency_exporter user=postgres" \
+        "http://127.0.0.1:$port/metrics" 2>&1 | tee "$log"
+    ok=$(grep -cE '^ok [0-9]+ ' "$log")
+    bad=$(grep -cE '^not ok [0-9]+ ' "$log")
+    # a run that died before its last line counts as a failure
+    grep -qE '^[0-9]+ passed, [0-9]+ failed$' "$log" || { bad=$((bad + 1)); cat "$CLUSTER_DIR/exporter.log" >&2; }
+    passed=$((passed + ok)); failed=$((failed + bad))
+    server_stop "$pidfile"
+    # the alerting rules: the README shows the file, and they fire on these
+    # metrics at the rates it states (promtool's unit tests)
+    if sed -n '/^  ```yaml$/,/^  ```$/{/```/d;s/^  //;p}' README.md | diff - <(grep -v '^#' examples/prometheus_alerts.yaml) &&
+        (cd test/exporter && promtool test rules alerts_test.yaml); then
+        passed=$((passed + 1)); say "ok: README shows examples/prometheus_alerts.yaml, and its rules pass promtool test rules"
+    else
+        failed=$((failed + 1))
+    fi
+}
+
+# META.json against the PGXN Meta Spec, and the archive of make dist when
+# the tree is a git checkout (a copy of it, so the tree gets no archive)
+run_pgxn_suite() {
+    local dir archive=() ok bad
+    say "PGXN: META.json and the make dist archive"
+    dir=$(mktemp -d /tmp/idempotency-dist.XXXXXX)
+    if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        make -s PG_CONFIG="$PG_CONFIG" DIST_DIR="$dir" dist >/dev/null 2>&1
+        archive=("$dir"/*.zip)
+    fi
+    python3 test/pgxn/meta_test.py "${archive[@]}" 2>&1 | tee "$log"
+    ok=$(grep -cE '^ok [0-9]+ ' "$log")
+    bad=$(grep -cE '^not ok [0-9]+ ' "$log")
+    grep -qE '^[0-9]+ passed, [0-9]+ failed$' "$log" || bad=$((bad + 1))
+    passed=$((passed + ok)); failed=$((failed + bad))
+    rm -rf "$dir"
+}
+
+# The Debian package (make deb) from this checkout: dpkg -i onto Debian's
+# PostgreSQL, a new preloaded cluster that loads the packaged library,
+# CREATE EXTENSION from the packaged files and make installcheck against
+# them; then dpkg -r, and every file the package had is gone.  The package
+# installs the paths make install did (this script holds the install lock):
+# the suite runs last and installs the build again when it ends.
+run_deb_suite() {
+    local deb files=() f left=0 pkg="postgresql-$PG_MAJOR-idempotency"
+    if [ "$PG_BINDIR" != "/usr/lib/postgresql/$PG_MAJOR/bin" ]; then
+        say "Debian package suite skipped: $PG_CONFIG is not Debian's PostgreSQL"
+        return
+    fi
+    say "Debian package: build, dpkg -i, installcheck against the packaged files, dpkg -r"
+    DEB_BUILD_OPTIONS=nocheck bash scripts/deb.sh || { failed=$((failed + 1)); return; }
+    deb=$(ls build/deb/"${pkg}"_*.deb)
+    if as_root dpkg -i "$deb" >"$log" 2>&1 && [ -z "$(dpkg --verify "$pkg")" ]; then
+        passed=$((passed + 1))
+        say "ok: $(basename "$deb") installed, its files unchanged on disk (dpkg --verify)"
+    else
+        failed=$((failed + 1)); cat "$log"; return
+    fi
+    mapfile -t files < <(dpkg -L "$pkg" | while read -r f; do [ -f "$f" ] && echo "$f"; done)
+    # a server started now loads the packaged library
+    cluster_stop
+    cluster_start "shared_preload_libraries = 'idempotency'" || { failed=$((failed + 1)); return; }
+    run_regress_suite "installcheck against $pkg" installcheck regression.diffs
+    # the installcheck's duplicates waited: the preloaded library counted them
+    if psql -X -q -At -c 'CREATE EXTENSION idempotency' \
+        -c 'SELECT waits > 0 AND wait_seconds_count >= waits FROM idempotency_stats' | grep -qx t; then
+        passed=$((passed + 1)); say "ok: the packaged library, preloaded, counted the installcheck's waits"
+    else
+        failed=$((failed + 1))
+    fi
+    as_root dpkg -r "$pkg" >"$log" 2>&1 || { failed=$((failed + 1)); cat "$log"; }
+    for f in "${files[@]}"; do
+        [ -e "$f" ] && { say "left after dpkg -r: $f"; left=$((left + 1)); }
+    done
+    if [ "${#files[@]}" -gt 0 ] && [ "$left" -eq 0 ] &&
+        [ "$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null)" != installed ]; then
+        passed=$((passed + 1)); say "ok: dpkg -r removed all ${#files[@]} files of $pkg"
+    else
+        failed=$((failed + 1))
+    fi
+    # back to what build_and_install left for whatever runs after
+    as_root make -s PG_CONFIG="$PG_CONFIG" install >/dev/null || failed=$((failed + 1))
+}
+
 run_regress_suite "pg_regress" regresscheck regression.diffs
 run_regress_suite "isolation specs" isolationcheck output_iso/regression.diffs
 # the same specs and expected outputs with the planned-SQL path: the direct
@@ -145,8 +247,12 @@ PGOPTIONS="-c idempotency.direct_access=off" \
     run_regress_suite "isolation specs, idempotency.direct_access = off" isolationcheck output_iso/regression.diffs
 run_http_suite
 run_java_suite
+run_exporter_suite
+run_pgxn_suite
 run_pgtap_suite
 run_tap_suite
+# last: it restarts the cluster and swaps the installed files
+run_deb_suite
 rm -f "$log"
 
 if [ "$failed" -ne 0 ]; then

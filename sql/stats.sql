@@ -17,7 +17,9 @@ SELECT clock_timestamp() AS before_reset \gset
 SELECT idem_stats_reset();
 SELECT claims + replays + in_progress + waits + fingerprint_mismatches
        + takeovers + stale_fences + failures + tokens_issued
-       + tokens_consumed + tokens_refused + rows_purged = 0 AS all_zero,
+       + tokens_consumed + tokens_refused + rows_purged + outcome_waits
+       + wait_seconds_count = 0 AND wait_seconds_sum = 0
+       AND wait_seconds_bucket = array_fill(0::bigint, ARRAY[12]) AS all_zero,
        stats_reset BETWEEN :'before_reset' AND clock_timestamp() AS reset_now
   FROM idempotency_stats;
 
@@ -67,6 +69,18 @@ SELECT outcome, fence FROM idem_claim('s-1');
 SELECT idem_finish('s-1', '{"again": true}');
 COMMIT;
 :counters;
+
+-- the wait-time histogram: fixed bounds in seconds, cumulative counts.  A
+-- claim that answers at its wait_for_outcome bound (the key is held by a
+-- live lease) waited at least that long by the server's clock: 0.2 s is
+-- above the 0.1 s bound and within the last one
+SELECT wait_seconds FROM idempotency_stats;
+SELECT outcome FROM idem_claim('s-5', wait_for_outcome => '0.2 s');
+SELECT outcome_waits, wait_seconds_count,
+       wait_seconds_bucket[array_position(wait_seconds, 0.1)] AS within_100ms,
+       wait_seconds_bucket[12] AS within_300s,
+       wait_seconds_sum >= 0.2 AS sum_at_least_bound
+  FROM idempotency_stats;
 
 -- a write with a stale fence is refused and counted, and so is one with a
 -- fence the record never issued

@@ -191,8 +191,9 @@ typedef struct ClaimLoop
 } ClaimLoop;
 
 /*
- * A claim write changed nothing.  Usually a concurrent transaction changed
- * the record first: return false to try again.  With wait => false it may
+ * A claim write, in the attempt that started at attempt_start, changed
+ * nothing.  Usually a concurrent transaction changed the record first:
+ * return false to try again.  With wait => false it may
  * instead have refused to wait for a lock: answer in_progress when that
  * lock is the key's (another transaction holds or writes the record), and
  * try again when it was something else (another backend extending the
@@ -200,12 +201,13 @@ typedef struct ClaimLoop
  */
 static bool
 write_lost(const IdemKey *id, bytea *fingerprint, ClaimLoop *loop,
-		   ClaimAnswer *a)
+		   ClaimAnswer *a, TimestampTz attempt_start)
 {
 	bytea	   *other_fingerprint;
 
+	/* a wait on the key, from the attempt's start (README "idempotency_stats") */
 	if (loop->wait)
-		idem_count(IDEM_COUNT_WAITS);	/* README "idempotency_stats" */
+		idem_stats_wait_ended(IDEM_WAIT_KEY, attempt_start);
 	if (loop->wait || !idem_store_write_would_wait() ||
 		!idem_store_write_blocked_by_key(id, &other_fingerprint))
 		return false;
@@ -238,7 +240,7 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 			return answer_claimed(a, id, &t, 1, NULL, NULL);
 		if (!idem_store_write_would_wait() && ++loop->hidden >= 3)
 			idem_store_hidden_record_error(id);
-		return write_lost(id, fingerprint, loop, a);
+		return write_lost(id, fingerprint, loop, a, t.now);
 	}
 
 	/*
@@ -256,7 +258,7 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 	if (record_expired(&rec, t.now))
 	{
 		if (!idem_store_reclaim_expired(id, rec.fence, fingerprint, &t, &new_fence))
-			return write_lost(id, fingerprint, loop, a);
+			return write_lost(id, fingerprint, loop, a, t.now);
 		return answer_claimed(a, id, &t, new_fence, NULL, NULL);
 	}
 
@@ -292,7 +294,7 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 
 	/* committed in progress without a live lease: the owner is gone */
 	if (!idem_store_take_over(id, rec.fence, fingerprint, &t, &new_fence))
-		return write_lost(id, fingerprint, loop, a);
+		return write_lost(id, fingerprint, loop, a, t.now);
 	idem_count(IDEM_COUNT_TAKEOVERS);
 	return answer_claimed(a, id, &t, new_fence, rec.recovery_point,
 						  rec.result);
@@ -406,6 +408,45 @@ claim_answer_or_sleep(FunctionCallInfo fcinfo, const IdemKey *id,
 }
 
 /*
+ * The answers of a claim with wait_for_outcome, which started at start,
+ * sleeping between them: woken by a commit of an outcome, at the lease's
+ * end, or the bound (start + wait_for_outcome).  A claim that slept is one
+ * wait on an outcome, timed from start, as its bound is, to its answer or
+ * its error (a cancel while it sleeps is a wait too): one that answers at
+ * its bound waited at least wait_for_outcome.
+ */
+static void
+claim_waiting_for_outcome(FunctionCallInfo fcinfo, const IdemKey *id,
+						  bytea *fingerprint, ClaimLoop *loop, ClaimAnswer *a,
+						  TimestampTz start, TimestampTz wait_end)
+{
+	volatile bool slept = false;
+
+	PG_TRY();
+	{
+		for (;;)
+		{
+			uint64		generation = idem_outcome_wait_generation(id);
+
+			if (!claim_answer_or_sleep(fcinfo, id, fingerprint, loop, a,
+									   wait_end))
+				break;
+			slept = true;
+			idem_outcome_wait_sleep(id, generation, Min(wait_end, a->lease_end));
+		}
+	}
+	PG_CATCH();
+	{
+		if (slept)
+			idem_stats_wait_ended(IDEM_WAIT_OUTCOME, start);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (slept)
+		idem_stats_wait_ended(IDEM_WAIT_OUTCOME, start);
+}
+
+/*
  * idem_claim(key text, scope text, fingerprint bytea, ttl interval,
  *			  wait boolean, lease interval, wait_for_outcome interval)
  *			  RETURNS (outcome, status, result, fence, recovery_point,
@@ -464,18 +505,8 @@ idem_claim(PG_FUNCTION_ARGS)
 	if (!waits)
 		claim_answer(fcinfo, &id, fingerprint, &loop, &a);
 	else
-	{
-		/* woken by a commit of an outcome, at the lease's end, or the bound */
-		for (;;)
-		{
-			uint64		generation = idem_outcome_wait_generation(&id);
-
-			if (!claim_answer_or_sleep(fcinfo, &id, fingerprint, &loop, &a,
-									   wait_end))
-				break;
-			idem_outcome_wait_sleep(&id, generation, Min(wait_end, a.lease_end));
-		}
-	}
+		claim_waiting_for_outcome(fcinfo, &id, fingerprint, &loop, &a, t.now,
+								  wait_end);
 	idem_count(a.outcome == OUTCOME_CLAIMED ? IDEM_COUNT_CLAIMS :
 			   a.outcome == OUTCOME_REPLAY ? IDEM_COUNT_REPLAYS : IDEM_COUNT_IN_PROGRESS);
 

@@ -8,6 +8,8 @@
 #ifndef IDEMPOTENCY_STATS_H
 #define IDEMPOTENCY_STATS_H
 
+#include "datatype/timestamp.h"
+
 typedef enum IdemCounter
 {
 	IDEM_COUNT_CLAIMS,			/* idem_claim answered claimed, idem_once true */
@@ -26,8 +28,21 @@ typedef enum IdemCounter
 	IDEM_NUM_COUNTERS
 } IdemCounter;
 
+/*
+ * What a duplicate waited for (README "idempotency_stats"): another
+ * transaction's write of the same key (a claim write that lost to it,
+ * counted in waits), or an outcome under wait_for_outcome (outcome_waits).
+ * Both add the wait's time to the wait_seconds histogram.
+ */
+typedef enum IdemWaitKind
+{
+	IDEM_WAIT_KEY,
+	IDEM_WAIT_OUTCOME
+} IdemWaitKind;
+
 extern void idem_stats_init(void);
 extern void idem_count(IdemCounter c);
 extern void idem_count_n(IdemCounter c, uint64 n);
+extern void idem_stats_wait_ended(IdemWaitKind kind, TimestampTz started);
 
 #endif							/* IDEMPOTENCY_STATS_H */

@@ -20,18 +20,12 @@ import urllib.request
 
 import psycopg
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from taplines import check, done  # noqa: E402
+
 DIRECT_DSN, POOLED_DSN, PORT = sys.argv[1], sys.argv[2], int(sys.argv[3])
 SERVICE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                        "..", "..", "examples", "http", "orders_service.py")
-checks = 0
-failures = 0
-
-
-def check(ok, what):
-    global checks, failures
-    checks += 1
-    failures += not ok
-    print(("ok" if ok else "not ok"), checks, "-", what, flush=True)
 
 
 def start_service(dsn, port):
@@ -219,5 +213,4 @@ finally:
             p.terminate()
             p.wait()
 
-print(f"{checks - failures} passed, {failures} failed")
-sys.exit(1 if failures else 0)
+done()

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# make deb: postgresql-<major>-idempotency_<version>_<arch>.deb for every
+# PostgreSQL major whose server headers (postgresql-server-dev-<major>) are
+# installed and that debian/pgversions allows, built with Debian's own
+# tooling (debhelper, pg_buildext) from a copy of the checkout in
+# build/deb, where the packages land.
+#
+# The version is written once: default_version in idempotency.control.
+# debian/changelog is made here from it and from that version's section of
+# CHANGELOG.md (distribution UNRELEASED while its heading says so), and
+# debian/control from debian/control.in by pg_buildext updatecontrol.
+#
+# DEB_BUILD_OPTIONS=nocheck skips the installcheck that debhelper runs in a
+# throwaway cluster after the build (make test installs the package and
+# runs the suites against it instead).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/cluster.sh
+
+ensure_packages make gcc dpkg-dev debhelper postgresql-server-dev-all "postgresql-server-dev-$PG_MAJOR"
+
+version=$(sed -n "s/^default_version *= *'\(.*\)'/\1/p" idempotency.control)
+[ -n "$version" ] || { echo "no default_version in idempotency.control" >&2; exit 1; }
+grep -q "^## $version\b" CHANGELOG.md || { echo "CHANGELOG.md has no section \"## $version\"" >&2; exit 1; }
+
+out=build/deb
+src=$out/idempotency-$version
+rm -rf "$out"
+mkdir -p "$src"
+# the checkout's files as they are now (committed or not, ignored ones left out); a tree without
+# git (an unpacked make dist archive) is copied whole
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$src"
+else
+    tar -cf - --exclude=./build --exclude=./debian/control --exclude=./debian/changelog . | tar -xf - -C "$src"
+fi
+
+# debian/changelog: one entry for this version, its bullets from CHANGELOG.md
+maintainer=$(sed -n 's/^Maintainer: *//p' debian/control.in)
+distribution=unstable
+grep -q "^## $version (unreleased)" CHANGELOG.md && distribution=UNRELEASED
+when=$(git log -1 --format=%aD -- CHANGELOG.md idempotency.control 2>/dev/null || true)
+{
+    echo "idempotency ($version) $distribution; urgency=medium"
+    echo
+    awk -v version="$version" '
+        /^## / { inside = ($2 == version); next }
+        !inside || /^### / || /^$/ { if (item != "") { print item; item = "" } next }
+        /^- / { if (item != "") print item; item = "  * " substr($0, 3); next }
+        item != "" { sub(/^ +/, ""); item = item " " $0 }
+        END { if (item != "") print item }
+    ' CHANGELOG.md | fold -s -w 74 | sed -e '/^  \* /!s/^ */    /' -e 's/ *$//'
+    echo
+    echo " -- $maintainer  ${when:-$(date -R)}"
+} >"$src/debian/changelog"
+
+cd "$src"
+# every installed major (of those debian/pgversions allows)
+export PG_SUPPORTED_VERSIONS=installed
+pg_buildext updatecontrol
+say "building $(sed -n 's/^Package: //p' debian/control | tr '\n' ' ')version $version"
+dpkg-buildpackage -b -us -uc -j2 >../build.log 2>&1 \
+    || { tail -n 60 ../build.log >&2; echo "dpkg-buildpackage failed: $out/build.log" >&2; exit 1; }
+cd - >/dev/null
+ls "$out"/*.deb
