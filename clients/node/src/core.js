@@ -1,0 +1,333 @@
+// The framework-independent part: options, key checks, the claim (with its
+// polling of a duplicate in flight), the outcome (idem_finish with COMMIT,
+// or ROLLBACK / idem_fail), and the HTTP answers of the extension's SQLSTATEs.
+// Every statement is sent as one simple-protocol string with escaped
+// literals, so that BEGIN travels with the claim and COMMIT with idem_finish
+// (node-postgres sends a parameterized query as its own round trip).
+import { createHash } from 'node:crypto';
+import { decodeStored, encodeStored, problem } from './response.js';
+
+const DEFAULTS = {
+  scope: '',
+  required: true,
+  methods: ['POST', 'PATCH'],
+  storedHeaders: ['content-type', 'location'],
+  storeClientErrors: true,
+  ttl: null,
+  lease: null,
+  heartbeat: null,
+  waitFor: 0,
+  retries: 3,
+  maxKeyLength: 255,
+};
+
+// sf-string characters of the IETF draft: printable ASCII
+const KEY_CHARACTERS = /^[\x20-\x7e]+$/;
+const RETRYABLE = new Set(['40001', '40P01']);
+
+export function resolveOptions(options) {
+  const o = { ...DEFAULTS, ...options };
+  if (!o.pool || typeof o.pool.connect !== 'function') {
+    throw new TypeError('idempotency: the "pool" option must be a pg.Pool');
+  }
+  const scope = o.scope;
+  o.scopeOf = typeof scope === 'function' ? scope : () => scope;
+  o.methods = o.methods.map((m) => m.toUpperCase());
+  o.storedHeaders = o.storedHeaders.map((h) => h.toLowerCase());
+  if (o.lease != null && o.heartbeat == null) o.heartbeat = Math.floor(o.lease / 3);
+  return o;
+}
+
+// Merges per-route settings into resolved ones (the pool and defaults stay).
+export function routeOptions(resolved, overrides) {
+  if (!overrides || overrides === true) return resolved;
+  return resolveOptions({ ...resolved, ...overrides, scope: overrides.scope ?? resolved.scopeOf });
+}
+
+// -> a problem answer for a missing or malformed key, or null
+export function checkKey(key, o) {
+  if (key === undefined || key === null) {
+    return o.required
+      ? problem(400, 'key-missing', 'Idempotency-Key header missing',
+        'This operation requires an Idempotency-Key header.')
+      : null;
+  }
+  if (key.length === 0 || key.length > o.maxKeyLength || !KEY_CHARACTERS.test(key)) {
+    return problem(400, 'key-invalid', 'Invalid Idempotency-Key',
+      `An Idempotency-Key is 1 to ${o.maxKeyLength} printable ASCII characters.`);
+  }
+  return null;
+}
+
+// The fingerprint as an SQL expression: idem_fingerprint over method, path
+// and body for a parsed JSON body (key order and white space do not count),
+// else SHA-256 of method, path and the body's bytes.
+export function fingerprintSql(lit, method, path, body) {
+  if (body !== undefined && body !== null && !Buffer.isBuffer(body) && typeof body === 'object') {
+    const json = JSON.stringify([method, path, body]);
+    // jsonb refuses \u0000: such a body is hashed as bytes
+    if (!json.includes('\\u0000')) return `idem_fingerprint(${lit(json)}::jsonb)`;
+  }
+  const bytes = Buffer.isBuffer(body) ? body
+    : Buffer.from(typeof body === 'string' ? body : body == null ? '' : JSON.stringify(body));
+  const hash = createHash('sha256').update(`${method} ${path}\n`).update(bytes).digest('hex');
+  return `${lit(`\\x${hash}`)}::bytea`;
+}
+
+const seconds = (ms) => `make_interval(secs => ${Number(ms) / 1000})`;
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function releaseClient(client, err) {
+  if (client.query !== Object.getPrototypeOf(client).query) delete client.query;
+  // a connection that failed is not given back to the pool
+  client.release(err && !err.code ? err : undefined);
+}
+
+async function rollback(client) {
+  try {
+    await client.query('ROLLBACK');
+    releaseClient(client);
+  } catch (err) {
+    releaseClient(client, err);
+  }
+}
+
+// The HTTP answer of an error the extension raised, or null (a bug or an
+// outage: the framework's error handling answers it).
+export function answerOf(err) {
+  switch (err && err.code) {
+    case 'IK001':
+      return problem(422, 'key-reused', 'Idempotency-Key reused',
+        'This Idempotency-Key was used with another request (method, path or body).');
+    case 'IK002': case 'IK003':
+      return problem(409, 'claim-lost', 'Idempotency-Key taken over',
+        'The claim of this request ended before its outcome was recorded; nothing was committed.',
+        { 'retry-after': '1' });
+    case '42501':
+      return problem(403, 'scope-forbidden', 'Idempotency scope not granted',
+        'The database role may not use this idempotency scope.');
+    case '25006':
+      return problem(503, 'read-only', 'Database read-only',
+        'The database is read-only (a standby or a read-only transaction); retry later.',
+        { 'retry-after': '1' });
+    case '40001': case '40P01':
+      return problem(503, 'retry', 'Transaction conflict',
+        'The transaction was rolled back by a serialization failure or deadlock; retry the request.',
+        { 'retry-after': '1' });
+    case '22023': case '22004': case '22008':
+      return problem(400, 'key-invalid', 'Invalid Idempotency-Key', err.message);
+    default:
+      return null;
+  }
+}
+
+function inProgress(retryAfterSeconds) {
+  return problem(409, 'in-progress', 'Request in progress',
+    'A request with this Idempotency-Key is still being processed; retry after the delay given.',
+    { 'retry-after': String(Math.max(1, Math.ceil(retryAfterSeconds))) });
+}
+
+// claim(o, request) with request = {key, scope, method, path, body}:
+// -> {answer} (replay, 409, or a problem), or {state} for a claimed key, in
+// which case an in-transaction claim's client is held in its transaction.
+// A duplicate in flight is polled without holding a connection.
+export async function claim(o, request) {
+  const deadline = Date.now() + o.waitFor;
+  let conflicts = 0;
+  for (;;) {
+    const client = await o.pool.connect();
+    const lit = (v) => client.escapeLiteral(String(v));
+    const leased = o.lease != null;
+    const sql = `${leased ? '' : 'BEGIN; '}SELECT outcome, result, fence, recovery_point,`
+      + ' extract(epoch FROM retry_after)::float8 AS retry_after'
+      + ` FROM idem_claim(${lit(request.key)}, scope => ${lit(request.scope)},`
+      + ` fingerprint => ${fingerprintSql(lit, request.method, request.path, request.body)},`
+      + ` wait => false${o.ttl != null ? `, ttl => ${seconds(o.ttl)}` : ''}`
+      + `${leased ? `, lease => ${seconds(o.lease)}` : ''})`;
+    let row;
+    try {
+      const results = await client.query(sql);
+      row = (Array.isArray(results) ? results[results.length - 1] : results).rows[0];
+    } catch (err) {
+      if (leased || !err.code) releaseClient(client, err); else await rollback(client);
+      if (RETRYABLE.has(err.code) && conflicts++ < o.retries) continue;
+      const answer = answerOf(err);
+      if (answer) return { answer };
+      throw err;
+    }
+    if (row.outcome === 'claimed') {
+      if (leased) releaseClient(client);
+      return {
+        state: {
+          o, key: request.key, scope: request.scope, fence: Number(row.fence),
+          recoveryPoint: row.recovery_point, client: leased ? null : client, lit,
+          lastError: null, unknown: false, done: false, timer: null,
+        },
+      };
+    }
+    if (leased) releaseClient(client); else await rollback(client);
+    if (row.outcome === 'replay') return { answer: decodeStored(row.result) };
+    const wait = row.retry_after * 1000 * (0.5 + Math.random() / 2);
+    if (Date.now() + wait > deadline) return { answer: inProgress(row.retry_after) };
+    await sleep(wait);
+  }
+}
+
+// Watches the handler's queries on the claim's client: a serialization
+// failure or deadlock seen there turns its 500 into a 503 "retry".
+function watch(state, client) {
+  const query = client.query;
+  client.query = function watchedQuery(...args) {
+    const result = query.apply(this, args);
+    if (result && typeof result.then === 'function') {
+      result.then(null, (err) => { state.lastError = err; });
+    }
+    return result;
+  };
+}
+
+// The object handlers see as req.idempotency / request.idempotency.
+export function handlerApi(state) {
+  const { o } = state;
+  if (state.client) watch(state, state.client);
+  if (o.lease != null && o.heartbeat > 0) {
+    state.timer = setInterval(() => {
+      extendLease(state, o.lease).catch(() => {});
+    }, o.heartbeat);
+    state.timer.unref();
+  }
+  return {
+    key: state.key,
+    scope: state.scope,
+    fence: state.fence,
+    recoveryPoint: state.recoveryPoint,
+    get client() { return state.client; },
+    begin: () => begin(state),
+    extendLease: (ms) => extendLease(state, ms ?? o.lease),
+    checkpoint: (point) => autocommit(state, `idem_checkpoint(${state.lit(state.key)}, ${state.lit(point)}`),
+    markUnknown: async (detail) => {
+      await autocommit(state, `idem_mark_unknown(${state.lit(state.key)}, ${state.lit(JSON.stringify(detail ?? {}))}::jsonb`);
+      state.unknown = true;
+    },
+  };
+}
+
+// A client in a transaction: the claim's, or (leased mode, or a request
+// without a key where the key is optional) one taken on first use.
+async function begin(state) {
+  if (state.client) return state.client;
+  const client = await state.o.pool.connect();
+  try {
+    await client.query('BEGIN');
+  } catch (err) {
+    releaseClient(client, err);
+    throw err;
+  }
+  state.client = client;
+  watch(state, client);
+  return client;
+}
+
+// A call that writes to the record on a connection of its own, committed
+// at once (leased claims: a takeover must see it).
+async function autocommit(state, call, extra = '') {
+  if (state.o.lease == null) throw new Error('idempotency: checkpoints, heartbeats and unknown outcomes are for leased routes (the "lease" option)');
+  const client = await state.o.pool.connect();
+  try {
+    const r = await client.query(`SELECT ${call}${extra}, scope => ${state.lit(state.scope)}, fence => ${state.fence})`);
+    releaseClient(client);
+    return r.rows[0];
+  } catch (err) {
+    releaseClient(client, err);
+    throw err;
+  }
+}
+
+async function extendLease(state, ms) {
+  const row = await autocommit(state, `idem_extend_lease(${state.lit(state.key)}, ${seconds(ms)}`);
+  return row && Object.values(row)[0];
+}
+
+// complete(state, response): records the outcome of the handler's response
+// {status, headers, body} and returns what to send: the response itself,
+// or a problem when its outcome could not be recorded.
+export async function complete(state, response) {
+  if (state.done) return response;
+  state.done = true;
+  if (state.timer) clearInterval(state.timer);
+  const { o, lit } = state;
+  const leased = o.lease != null;
+  const fence = leased ? `, fence => ${state.fence}` : '';
+  const client = state.client;
+  state.client = null;
+  const keep = response.status < 400 || (response.status < 500 && o.storeClientErrors);
+  const conflict = () => (RETRYABLE.has(state.lastError && state.lastError.code) && response.status >= 500
+    ? answerOf(state.lastError) : response);
+  if (!state.key) {
+    if (client && response.status < 500) return commitPlain(client, response);
+    if (client) await rollback(client);
+    return conflict();
+  }
+  if (state.unknown || !keep) {
+    if (client) await rollback(client);
+    if (leased && !state.unknown) await release(state, response.status);
+    return conflict();
+  }
+  const finish = `SELECT idem_finish(${lit(state.key)}, ${lit(JSON.stringify(encodeStored(response, o.storedHeaders)))}::jsonb,`
+    + ` scope => ${lit(state.scope)}${fence})`;
+  const target = client || await o.pool.connect();
+  try {
+    await target.query(client ? `${finish}; COMMIT` : finish);
+    releaseClient(target);
+    return response;
+  } catch (err) {
+    if (client && err.code) await rollback(target); else releaseClient(target, err);
+    if (leased && !['IK002', 'IK003'].includes(err.code)) await release(state, 500).catch(() => {});
+    const answer = answerOf(err);
+    if (answer) return answer;
+    throw err;
+  }
+}
+
+// A request without a key on a route where it is optional: its own
+// transaction commits with a success and rolls back with an error.
+async function commitPlain(client, response) {
+  try {
+    await client.query('COMMIT');
+    releaseClient(client);
+    return response;
+  } catch (err) {
+    releaseClient(client, err);
+    throw err;
+  }
+}
+
+// Leased claim of a failed request: idem_fail, retryable, so that a retry
+// takes the key over at once.
+async function release(state, status) {
+  const { lit } = state;
+  const client = await state.o.pool.connect();
+  try {
+    await client.query(`SELECT idem_fail(${lit(state.key)}, ${lit(JSON.stringify({ status }))}::jsonb,`
+      + ` retryable => true, scope => ${lit(state.scope)}, fence => ${state.fence})`);
+    releaseClient(client);
+  } catch (err) {
+    releaseClient(client, err);
+    if (!['IK002', 'IK003'].includes(err.code)) throw err;
+  }
+}
+
+// abort(state): the response never completed (connection closed, error
+// before a response): roll back, release the key of a leased claim.
+export async function abort(state) {
+  await complete(state, { status: 500, headers: {}, body: Buffer.alloc(0) }).catch(() => {});
+}
+
+// A request without a key where the key is optional: no claim, and a
+// transaction on first use of begin().
+export function unprotectedState(o) {
+  return {
+    o, key: null, scope: null, fence: null, recoveryPoint: null, client: null,
+    lit: null, lastError: null, unknown: false, done: false, timer: null,
+  };
+}

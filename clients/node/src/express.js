@@ -1,0 +1,91 @@
+// Express (4 and 5) middleware: idempotency(options) -> (req, res, next).
+// The handler's response is held back (writeHead, write and end are
+// captured) until its outcome is committed with the claim; only then are
+// the bytes sent, so a client never sees an answer that was not recorded.
+import {
+  checkKey, claim, complete, handlerApi, resolveOptions, unprotectedState,
+} from './core.js';
+
+function send(res, response) {
+  res.statusCode = response.status;
+  if (response.replaced) {
+    for (const name of res.getHeaderNames()) res.removeHeader(name);
+  }
+  for (const [name, value] of Object.entries(response.headers)) res.setHeader(name, value);
+  res.setHeader('content-length', response.body.length);
+  res.end(response.body);
+}
+
+// Holds the response until finalize(response) says what to send.
+function capture(res, finalize, onError) {
+  const { writeHead, write, end } = res;
+  const chunks = [];
+  const add = (chunk, encoding) => {
+    if (chunk !== undefined && chunk !== null && typeof chunk !== 'function') {
+      chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk, typeof encoding === 'string' ? encoding : 'utf8'));
+    }
+  };
+  res.writeHead = function heldWriteHead(status, reason, headers) {
+    res.statusCode = status;
+    const h = typeof reason === 'object' ? reason : headers;
+    if (Array.isArray(h)) for (let i = 0; i < h.length; i += 2) res.setHeader(h[i], h[i + 1]);
+    else if (h) for (const [name, value] of Object.entries(h)) res.setHeader(name, value);
+    return res;
+  };
+  res.write = function heldWrite(chunk, encoding, callback) {
+    add(chunk, encoding);
+    const cb = typeof encoding === 'function' ? encoding : callback;
+    if (cb) process.nextTick(cb);
+    return true;
+  };
+  res.end = function heldEnd(chunk, encoding, callback) {
+    add(chunk, encoding);
+    Object.assign(res, { writeHead, write, end });
+    const response = {
+      status: res.statusCode,
+      headers: res.getHeaders(),
+      body: Buffer.concat(chunks),
+    };
+    finalize(response).then((answer) => {
+      if (answer === response) {
+        res.setHeader('content-length', response.body.length);
+        res.end(response.body);
+      } else {
+        send(res, answer);
+      }
+    }, onError);
+    return res;
+  };
+}
+
+export function idempotency(options) {
+  const o = resolveOptions(options);
+
+  async function run(req, res, next) {
+    const key = req.get('idempotency-key');
+    const refused = checkKey(key, o);
+    if (refused) return send(res, refused);
+    let state;
+    if (key === undefined) {
+      state = unprotectedState(o);
+    } else {
+      const claimed = await claim(o, {
+        key,
+        scope: String(await o.scopeOf(req)),
+        method: req.method,
+        path: req.originalUrl,
+        body: req.body,
+      });
+      if (claimed.answer) return send(res, claimed.answer);
+      state = claimed.state;
+    }
+    req.idempotency = handlerApi(state);
+    capture(res, (response) => complete(state, response), next);
+    return next();
+  }
+
+  return function idempotencyMiddleware(req, res, next) {
+    if (!o.methods.includes(req.method)) return next();
+    return run(req, res, next).catch(next);
+  };
+}
