@@ -114,6 +114,53 @@ run_http_suite() {
     server_stop "$dir/pgbouncer.pid"
 }
 
+# --- client packages (clients/node, clients/python) -----------------------
+
+# clients_pgbouncer_start DB PORT: a transaction-pooling PgBouncer for DB on
+# a private loopback port, run as the cluster's OS user, stopped with the
+# cluster (or by server_stop "$CLUSTER_DIR/pgbouncer-DB/pgbouncer.pid").
+clients_pgbouncer_start() {
+    local db=$1 port=$2 dir=$CLUSTER_DIR/pgbouncer-$1
+    mkdir -p "$dir"
+    printf '%s\n' '[databases]' "$db = host=$PGHOST port=$PGPORT dbname=$db user=postgres" \
+        '[pgbouncer]' 'listen_addr = 127.0.0.1' "listen_port = $port" 'unix_socket_dir =' \
+        'auth_type = trust' "auth_file = $dir/users.txt" 'pool_mode = transaction' \
+        'max_client_conn = 200' 'default_pool_size = 10' \
+        "pidfile = $dir/pgbouncer.pid" "logfile = $dir/pgbouncer.log" >"$dir/pgbouncer.ini"
+    echo '"postgres" ""' >"$dir/users.txt"
+    [ "$(id -u)" -eq 0 ] && chown -R "$CLUSTER_OS_USER" "$dir"
+    SERVER_PIDFILES+=("$dir/pgbouncer.pid")
+    as_cluster_user pgbouncer -d "$dir/pgbouncer.ini" || { cat "$dir/pgbouncer.log" >&2; return 1; }
+}
+
+# clients_database DB: a new database with the extension
+clients_database() {
+    createdb "$1" && psql -q -X -d "$1" -c 'CREATE EXTENSION idempotency'
+}
+
+# clients/node: npm ci from the committed lockfile, then node --test against
+# the cluster directly and through PgBouncer; counts the runner's summary
+# ("# pass N", "# fail N").
+run_node_client_suite() {
+    local db=idempotency_node bouncer=${IDEM_NODE_PGBOUNCER_PORT:-16434} ok bad rc
+    say "clients/node (Express 5, Express 4, Fastify), directly and through PgBouncer"
+    command -v npm >/dev/null || ensure_packages nodejs npm || { failed=$((failed + 1)); return; }
+    (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
+        && clients_database "$db" && clients_pgbouncer_start "$db" "$bouncer" \
+        || { failed=$((failed + 1)); return; }
+    (cd clients/node && IDEM_TEST_DSN="postgresql://postgres@/$db?host=$PGHOST&port=$PGPORT" \
+        IDEM_TEST_POOLED_DSN="postgresql://postgres@127.0.0.1:$bouncer/$db" \
+        node --test test/*.test.js) 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    ok=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$log" | tail -n 1)
+    bad=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$log" | tail -n 1)
+    ok=${ok:-0}; bad=${bad:-0}
+    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
+    passed=$((passed + ok)); failed=$((failed + bad))
+    server_stop "$CLUSTER_DIR/pgbouncer-$db/pgbouncer.pid"
+}
+# --- end of client packages -----------------------------------------------
+
 run_regress_suite "pg_regress" regresscheck regression.diffs
 run_regress_suite "isolation specs" isolationcheck output_iso/regression.diffs
 # the same specs and expected outputs with the planned-SQL path: the direct
@@ -121,6 +168,7 @@ run_regress_suite "isolation specs" isolationcheck output_iso/regression.diffs
 PGOPTIONS="-c idempotency.direct_access=off" \
     run_regress_suite "isolation specs, idempotency.direct_access = off" isolationcheck output_iso/regression.diffs
 run_http_suite
+run_node_client_suite
 run_pgtap_suite
 run_tap_suite
 rm -f "$log"

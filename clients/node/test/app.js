@@ -1,8 +1,8 @@
 // The application the tests drive, the same routes on Express 5, Express 4
 // and Fastify: POST /orders places one order row in the claim's
-// transaction. A request whose body has "gate": true waits, inside its
-// transaction, for the advisory lock the test holds (an in-flight request
-// the test controls, with no timing involved).
+// transaction. A request whose body has "gate": true waits, after its
+// insert, for the advisory lock the test holds (an in-flight request the
+// test controls, with no timing involved).
 import express5 from 'express';
 import express4 from 'express4';
 import Fastify from 'fastify';
@@ -11,11 +11,12 @@ import { expressIdempotency, fastifyIdempotency } from '../src/index.js';
 export const GATE = 7401;
 
 async function placeOrder(db, key, body, tenant) {
-  if (body && body.gate) await db.query(`SELECT pg_advisory_xact_lock_shared(${GATE})`);
   const { rows } = await db.query(
     'INSERT INTO orders (idempotency_key, tenant, sku) VALUES ($1, $2, $3) RETURNING id',
     [key ?? null, tenant, body && body.sku != null ? String(body.sku) : null],
   );
+  // after the write: a request held here has an uncommitted effect
+  if (body && body.gate) await db.query(`SELECT pg_advisory_xact_lock_shared(${GATE})`);
   return rows[0].id;
 }
 
