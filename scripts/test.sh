@@ -159,6 +159,28 @@ run_node_client_suite() {
     passed=$((passed + ok)); failed=$((failed + bad))
     server_stop "$CLUSTER_DIR/pgbouncer-$db/pgbouncer.pid"
 }
+# clients/python: pytest (Debian's python3, which has the packages) of the
+# ASGI middleware under uvicorn and the Django middleware under gunicorn,
+# directly and through PgBouncer; counts pytest's last line.
+run_python_client_suite() {
+    local db=idempotency_python bouncer=${IDEM_PYTHON_PGBOUNCER_PORT:-16435} ok bad rc
+    say "clients/python (Starlette under uvicorn, Django under gunicorn), directly and through PgBouncer"
+    ensure_packages python3-psycopg python3-psycopg-pool python3-psycopg2 python3-starlette \
+        python3-uvicorn python3-django python3-gunicorn python3-pytest \
+        && clients_database "$db" && clients_pgbouncer_start "$db" "$bouncer" \
+        || { failed=$((failed + 1)); return; }
+    (cd clients/python && IDEM_TEST_DSN="host=$PGHOST port=$PGPORT dbname=$db user=postgres" \
+        IDEM_TEST_POOLED_DSN="host=127.0.0.1 port=$bouncer dbname=$db user=postgres" \
+        IDEM_TEST_HTTP_PORT=${IDEM_PYTHON_HTTP_PORT:-18090} \
+        /usr/bin/python3 -m pytest -p no:cacheprovider -q -rf tests) 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    ok=$(tail -n 1 "$log" | sed -n 's/.* \([0-9]*\) passed.*/\1/p; s/^\([0-9]*\) passed.*/\1/p' | head -n 1)
+    bad=$(tail -n 1 "$log" | grep -oE '[0-9]+ (failed|error)' | awk '{s += $1} END {print s + 0}')
+    ok=${ok:-0}
+    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
+    passed=$((passed + ok)); failed=$((failed + bad))
+    server_stop "$CLUSTER_DIR/pgbouncer-$db/pgbouncer.pid"
+}
 # --- end of client packages -----------------------------------------------
 
 run_regress_suite "pg_regress" regresscheck regression.diffs
@@ -169,6 +191,7 @@ PGOPTIONS="-c idempotency.direct_access=off" \
     run_regress_suite "isolation specs, idempotency.direct_access = off" isolationcheck output_iso/regression.diffs
 run_http_suite
 run_node_client_suite
+run_python_client_suite
 run_pgtap_suite
 run_tap_suite
 rm -f "$log"

@@ -4,6 +4,7 @@ requests, polling of the database for a condition, and the gate (an
 advisory lock the test holds; a request with {"gate": true} waits for it)."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -86,12 +87,23 @@ def unique_key(label):
     return f"{label}-{RUN}-{_n[0]}"
 
 
-def start_uvicorn(dsn, port, pool=4):
-    """the test application in a uvicorn process of its own -> (process, URL)"""
+FRAMEWORKS = ["asgi", "django"]
+
+
+def start_app(framework, dsn, port, pool=4):
+    """the test application in a server process of its own -> (process, URL):
+    asgi_app under uvicorn, or django_orders under gunicorn (threads: Django's
+    runserver refuses connections beyond a backlog of 10)"""
     env = dict(os.environ, IDEM_APP_DSN=dsn, IDEM_APP_POOL=str(pool),
+               DJANGO_SETTINGS_MODULE="django_orders.settings",
                PYTHONPATH=os.pathsep.join([HERE, os.path.join(HERE, "..", "src")]))
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "asgi_app:app", "--host", "127.0.0.1",
-                             "--port", str(port), "--log-level", "error"], env=env)
+    if framework == "asgi":
+        command = ["-m", "uvicorn", "asgi_app:app", "--host", "127.0.0.1", "--port", str(port), "--log-level", "error"]
+    else:
+        command = ["-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "32",
+                   "--log-level", "error", "django_orders.wsgi"]
+    # a session of its own: kill -9 reaches gunicorn's worker too
+    proc = subprocess.Popen([sys.executable, *command], env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):  # until it answers (a 404 for GET /)
         try:
@@ -100,6 +112,11 @@ def start_uvicorn(dsn, port, pool=4):
             return proc, url
         except OSError:
             if proc.poll() is not None:
-                raise RuntimeError("uvicorn exited")
+                raise RuntimeError(f"the {framework} server exited")
             time.sleep(0.1)
-    raise RuntimeError("uvicorn did not start")
+    raise RuntimeError(f"the {framework} server did not start")
+
+
+def stop_app(proc, sig=signal.SIGTERM):
+    os.killpg(proc.pid, sig)
+    proc.wait()

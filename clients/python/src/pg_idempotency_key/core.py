@@ -142,6 +142,8 @@ def encode_stored(response, stored_headers):
 
 
 def decode_stored(result):
+    if isinstance(result, str):  # Django's psycopg2 backend leaves jsonb as text
+        result = json.loads(result)
     headers = []
     for name, value in (result.get("headers") or {}).items():
         headers += [(name, v) for v in value] if isinstance(value, list) else [(name, value)]

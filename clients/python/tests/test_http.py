@@ -1,6 +1,8 @@
-"""Every HTTP behaviour of the package README with the ASGI middleware on
-Starlette, served by uvicorn, directly and through PgBouncer (transaction
-pooling); duplicate storms; a kill -9 of the application mid-request."""
+"""Every HTTP behaviour of the package README, with the ASGI middleware on
+Starlette served by uvicorn and with the Django middleware served by
+Django's runserver, directly and through PgBouncer (transaction pooling);
+duplicate storms; a kill -9 of the application mid-request."""
+import http.client
 import json
 import os
 import signal
@@ -8,20 +10,22 @@ import threading
 
 import pytest
 
-from helpers import (TARGETS, Gate, orders_of, post, record, setup_database, sql, start_uvicorn,
+from helpers import (FRAMEWORKS, TARGETS, Gate, orders_of, post, record, setup_database, sql, start_app, stop_app,
                      unique_key, until, waiters_at_gate)
 
 PORT = int(os.environ.get("IDEM_TEST_HTTP_PORT", "18090"))
 setup_database()
 
 
-@pytest.fixture(scope="module", params=TARGETS, ids=[t for t, _ in TARGETS])
+APPS = [(f, t, dsn) for f in FRAMEWORKS for t, dsn in TARGETS]
+
+
+@pytest.fixture(scope="module", params=APPS, ids=[f"{f}-{t}" for f, t, _ in APPS])
 def app(request):
-    target, dsn = request.param
-    proc, url = start_uvicorn(dsn, PORT + [t for t, _ in TARGETS].index(target))
+    framework, _, dsn = request.param
+    proc, url = start_app(framework, dsn, PORT + APPS.index(request.param))
     yield url
-    proc.terminate()
-    proc.wait()
+    stop_app(proc)
 
 
 def concurrently(calls):
@@ -187,50 +191,49 @@ def test_leased_mode(app):
     assert record(failed)[1] == 2  # the retry took the released key over
 
 
-def test_scope_not_granted_and_read_only():
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_scope_not_granted_and_read_only(framework):
     sql("DO $$ BEGIN CREATE ROLE idem_py_noscope LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
     sql("GRANT USAGE ON SCHEMA public TO idem_py_noscope")
     _, dsn = TARGETS[0]
-    proc, url = start_uvicorn(dsn + " user=idem_py_noscope", PORT + 5)
+    proc, url = start_app(framework, dsn + " user=idem_py_noscope", PORT + 5)
     try:
         status, headers, body = post(url, "/orders", key=unique_key("noscope"))
         assert status == 403 and problem_type(body) == "urn:idempotency:scope-forbidden"
     finally:
-        proc.terminate()
-        proc.wait()
-    proc, url = start_uvicorn(dsn + " options='-c default_transaction_read_only=on'", PORT + 5)
+        stop_app(proc)
+    proc, url = start_app(framework, dsn + " options='-c default_transaction_read_only=on'", PORT + 5)
     try:
         status, headers, body = post(url, "/orders", key=unique_key("ro"))
         assert status == 503 and problem_type(body) == "urn:idempotency:read-only"
     finally:
-        proc.terminate()
-        proc.wait()
+        stop_app(proc)
 
 
-def test_kill_9_mid_request_then_every_key_answered_once():
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_kill_9_mid_request_then_every_key_answered_once(framework):
     dsn = TARGETS[-1][1]  # through PgBouncer when there is one
-    gated = [unique_key(f"crash-gated{i}") for i in range(5)]
-    free = [unique_key(f"crash-free{i}") for i in range(35)]
+    gated = [unique_key(f"{framework}-crash-gated{i}") for i in range(5)]
+    free = [unique_key(f"{framework}-crash-free{i}") for i in range(35)]
     keys = gated + free
     body_of = lambda k: {"sku": k, "gate": k in gated}  # noqa: E731
     with Gate():
-        proc, url = start_uvicorn(dsn, PORT + 6, pool=10)
+        proc, url = start_app(framework, dsn, PORT + 6, pool=10)
 
         def doomed(k):
             try:
                 post(url, "/orders/wait", key=k, body=body_of(k))
-            except OSError:
+            except (OSError, http.client.HTTPException):  # the server is killed mid-answer
                 pass
         threads = [threading.Thread(target=doomed, args=(k,)) for k in keys for _ in range(2)]
         for t in threads:
             t.start()
         waiters_at_gate(len(gated))
         until("SELECT count(*) >= 10 FROM idempotent_record WHERE status = 'succeeded' AND key = ANY(%s)", [free])
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        stop_app(proc, signal.SIGKILL)
         for t in threads:
             t.join()
-    proc, url = start_uvicorn(dsn, PORT + 6, pool=10)
+    proc, url = start_app(framework, dsn, PORT + 6, pool=10)
     try:
         answers = {}
 
@@ -252,5 +255,4 @@ def test_kill_9_mid_request_then_every_key_answered_once():
             assert answers[k][1].decode() == stored[k]
             assert json.loads(stored[k])["order_id"] == sql("SELECT id FROM orders WHERE idempotency_key = %s", [k])[0][0]
     finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        stop_app(proc, signal.SIGKILL)
