@@ -382,6 +382,68 @@ B6_KEYS=$(redis dbsize)
 [ "$B6_KEYS" -eq "$RECORDS" ] || say "warning: Redis holds $B6_KEYS keys, expected $RECORDS"
 
 # ---------------------------------------------------------------------------
+# B9: the HTTP middleware of clients/node against the Redis middlewares, on
+# one Express 5 app (bench/http/app.js: POST /orders, one business row, pg
+# pool of 10), driven by wrk with 50 connections: new keys, then a duplicate
+# storm (every key sent 5 times concurrently), variants alternated per run;
+# then each variant's app killed with kill -9 mid-storm (bench/http/fault.js).
+B9_VARIANTS=(none express-idempotency node-idempotency package)
+B9_PORT=${IDEM_B9_PORT:-18380}
+b9_app_start() {  # VARIANT: the app on B9_PORT, its pid file registered
+    local pidfile=$WORK/b9-app.pid i
+    (cd bench/http && exec node app.js "$1" "$B9_PORT") >"$WORK/b9-app.log" 2>&1 &
+    echo $! >"$pidfile"
+    SERVER_PIDFILES+=("$pidfile")
+    for i in $(seq 100); do
+        grep -q '^listening' "$WORK/b9-app.log" && return 0
+        sleep 0.1
+    done
+    say "B9: the $1 app did not start"; cat "$WORK/b9-app.log" >&2; return 1
+}
+b9_wrk() {  # NAME COPIES: requests/s into R[NAME.run], duplicate rows into R[NAME_dup.run]
+    local tag="r$run-$1" out rps
+    out=$(WRK_TAG=$tag WRK_COPIES=$2 wrk -t"$THREADS" -c50 -d"${DURATION}s" -s bench/http/storm.lua \
+          "http://127.0.0.1:$B9_PORT" 2>&1)
+    rps=$(sed -n 's/^Requests\/sec: *\([0-9.]*\).*/\1/p' <<<"$out")
+    [[ $rps =~ ^[0-9.]+$ ]] || { say "B9: wrk failed for $1"; echo "$out" >&2; FAILED_ROWS+=("$1"); return 1; }
+    R[$1.$run]=$rps
+    R[$1_dup.$run]=$(psql -X -At -d idem_bench_http -c "SELECT count(*) - count(DISTINCT idempotency_key)
+        FROM bench_http_order WHERE idempotency_key LIKE '$tag-%'")
+    printf '    %-26s %10.0f requests/s, %s duplicate rows\n' "$1" "$rps" "${R[$1_dup.$run]}" >&2
+}
+bench_http_middlewares() {
+    local v out
+    say "B9: Express 5 POST /orders, pg pool 10, wrk 50 connections: no idempotency, express-idempotency" \
+        "+ Redis, @node-idempotency + Redis, clients/node"
+    { command -v npm >/dev/null || ensure_packages nodejs npm; } && ensure_packages wrk \
+        && (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
+        && (cd bench/http && npm ci --no-audit --no-fund --loglevel=error) \
+        && createdb idem_bench_http \
+        && psql -X -q -v ON_ERROR_STOP=1 -d idem_bench_http -c 'CREATE EXTENSION idempotency' \
+            -c 'CREATE TABLE bench_http_order (id bigserial PRIMARY KEY, idempotency_key text, sku text, qty int)' \
+        || return 1
+    export BENCH_DSN="postgresql://postgres@/idem_bench_http?host=$PGHOST&port=$PGPORT"
+    export BENCH_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+    for run in $(seq "$RUNS"); do
+        for v in "${B9_VARIANTS[@]}" package-wait; do
+            b9_app_start "$v" || { FAILED_ROWS+=("b9_$v"); continue; }
+            [ "$v" = package-wait ] || b9_wrk "b9_${v}_new" 1
+            b9_wrk "b9_${v}_storm" 5
+            server_stop "$WORK/b9-app.pid"
+        done
+    done
+    for v in "${B9_VARIANTS[@]}"; do
+        out=$(cd bench/http && node fault.js "$v" "$B9_PORT" "kill-$v") \
+            || { say "B9: fault run of $v failed"; FAILED_ROWS+=("b9_fault_$v"); continue; }
+        B9_FAULT[$v]=$out
+        printf '    %-26s %s\n' "kill -9 $v" "$out" >&2
+    done
+}
+declare -A B9_FAULT
+bench_http_middlewares || FAILED_ROWS+=(b9)
+# --- end of B9 -------------------------------------------------------------
+
+# ---------------------------------------------------------------------------
 # The table
 median() {
     printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {
@@ -488,6 +550,40 @@ for name in b1_ext_on b1_hand_on b1_ext_off b1_hand_off b2_ext b2_hand b2_pk b2_
     [ -n "$v" ] && printf '  %-13s %s\n' "$name" "$v"
 done
 }
+
+# --- B9 table ------------------------------------------------------------
+b9_row() { printf '| %-28s | %16s | %16s | %16s | %16s |\n' "$@"; }
+b9_field() { sed -n "s/.*$2=\([0-9]*\).*/\1/p" <<<"${B9_FAULT[$1]:-}"; }
+{
+echo
+echo "B9 — Express 5 POST /orders, pg pool 10, wrk -t$THREADS -c50 -d${DURATION}s, median of $RUNS runs;" \
+     "ratio = variant / clients/node (package) within each run, then median. A shared, loaded machine:" \
+     "load average $(cut -d' ' -f1-3 /proc/loadavg) at the end."
+echo
+b9_row "" "no idempotency" "express-idempotency" "@node-idempotency" "clients/node"
+b9_row --- --- --- --- ---
+cells=()
+for v in "${B9_VARIANTS[@]}"; do cells+=("$(fmt "$(med "b9_${v}_new")") ($(fmt "$(ratio "b9_${v}_new" b9_package_new)" 2)x)"); done
+b9_row "new keys, requests/s" "${cells[@]}"
+cells=()
+for v in "${B9_VARIANTS[@]}"; do cells+=("$(fmt "$(med "b9_${v}_storm")") ($(fmt "$(ratio "b9_${v}_storm" b9_package_storm)" 2)x)"); done
+b9_row "storm (5 copies), requests/s" "${cells[@]}"
+cells=()
+for v in "${B9_VARIANTS[@]}"; do cells+=("$(total "b9_${v}_storm_dup")"); done
+b9_row "storm: duplicate rows (all runs)" "${cells[@]}"
+cells=()
+for v in "${B9_VARIANTS[@]}"; do cells+=("$(b9_field "$v" duplicated) / $(b9_field "$v" unanswered) / $(b9_field "$v" stuck)"); done
+b9_row "kill -9: keys 2+ rows / effect" "${cells[@]}"
+b9_row "  without 2xx / stuck on 409" "" "" "" ""
+echo
+r=$(ratio b9_package_new b9_node-idempotency_new)
+r2=$(ratio b9_package_new b9_express-idempotency_new)
+echo "clients/node against the faster Redis variant on new keys: $(fmt "$(awk -v a="$r" -v b="$r2" 'BEGIN {print (a < b ? a : b)}')" 2)x (target >= 1.0);" \
+     "storm polling duplicates (waitFor 10 s) against 409 at once: $(fmt "$(ratio b9_package-wait_storm b9_package_storm)" 2)x (target >= 0.8)."
+echo "kill -9: the app killed after 1000 answers of a 50-client storm, restarted, every key sent retried up to 5 times" \
+     "(Retry-After honoured, at most 2 s); keys sent: $(for v in "${B9_VARIANTS[@]}"; do printf '%s %s; ' "$v" "$(b9_field "$v" keys)"; done)"
+}
+# --- end of B9 table -------------------------------------------------------
 
 if [ ${#FAILED_ROWS[@]} -gt 0 ]; then
     say "rows that failed to run: ${FAILED_ROWS[*]}"
