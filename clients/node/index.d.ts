@@ -25,7 +25,7 @@ export interface IdempotencyOptions<Req = unknown> {
   heartbeat?: number | null;
   /** How long a duplicate of a request in flight polls for its outcome, in milliseconds, before 409 (default 0). */
   waitFor?: number;
-  /** Retries of a claim that failed with 40001 or 40P01 (default 3). */
+  /** Re-runs of a request after 40001 or 40P01 (default 3). */
   retries?: number;
   /** Longest key accepted, in characters (default 255, the server's default idempotency.max_key_length). */
   maxKeyLength?: number;

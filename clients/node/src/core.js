@@ -161,7 +161,7 @@ export async function claim(o, request) {
         state: {
           o, key: request.key, scope: request.scope, fence: Number(row.fence),
           recoveryPoint: row.recovery_point, client: leased ? null : client, lit,
-          lastError: null, unknown: false, done: false, timer: null,
+          lastError: null, unknown: false, done: false, timer: null, attempt: 0, request,
         },
       };
     }
@@ -248,9 +248,18 @@ async function extendLease(state, ms) {
   return row && Object.values(row)[0];
 }
 
+// After a serialization failure or deadlock in the handler or at commit
+// (everything rolled back): RETRY while the route has retries left (the
+// framework runs the request again), else 503 with Retry-After.
+export const RETRY = Object.freeze({ retry: true });
+export const isRetryable = (err) => Boolean(err) && RETRYABLE.has(err.code);
+function retryOr(state, err) {
+  return state.attempt < state.o.retries ? RETRY : answerOf(err);
+}
+
 // complete(state, response): records the outcome of the handler's response
 // {status, headers, body} and returns what to send: the response itself,
-// or a problem when its outcome could not be recorded.
+// or a problem when its outcome could not be recorded, or RETRY.
 export async function complete(state, response) {
   if (state.done) return response;
   state.done = true;
@@ -262,7 +271,7 @@ export async function complete(state, response) {
   state.client = null;
   const keep = response.status < 400 || (response.status < 500 && o.storeClientErrors);
   const conflict = () => (RETRYABLE.has(state.lastError && state.lastError.code) && response.status >= 500
-    ? answerOf(state.lastError) : response);
+    ? retryOr(state, state.lastError) : response);
   if (!state.key) {
     if (client && response.status < 500) return commitPlain(client, response);
     if (client) await rollback(client);
@@ -283,6 +292,7 @@ export async function complete(state, response) {
   } catch (err) {
     if (client && err.code) await rollback(target); else releaseClient(target, err);
     if (leased && !['IK002', 'IK003'].includes(err.code)) await release(state, 500).catch(() => {});
+    if (RETRYABLE.has(err.code)) return retryOr(state, err);
     const answer = answerOf(err);
     if (answer) return answer;
     throw err;
@@ -328,6 +338,6 @@ export async function abort(state) {
 export function unprotectedState(o) {
   return {
     o, key: null, scope: null, fence: null, recoveryPoint: null, client: null,
-    lit: null, lastError: null, unknown: false, done: false, timer: null,
+    lit: null, lastError: null, unknown: false, done: false, timer: null, attempt: 0, request: null,
   };
 }

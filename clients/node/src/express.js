@@ -3,8 +3,9 @@
 // captured) until its outcome is committed with the claim; only then are
 // the bytes sent, so a client never sees an answer that was not recorded.
 import {
-  checkKey, claim, complete, handlerApi, resolveOptions, unprotectedState,
+  RETRY, checkKey, claim, complete, handlerApi, resolveOptions, unprotectedState,
 } from './core.js';
+import { problem } from './response.js';
 
 function send(res, response) {
   res.statusCode = response.status;
@@ -16,8 +17,25 @@ function send(res, response) {
   res.end(response.body);
 }
 
+const kAttempt = Symbol('idempotency attempt');
+const kEntryHeaders = Symbol('idempotency headers at entry');
+
+// Runs the request again through the app after a serialization failure or
+// deadlock: nothing was sent, the response is reset to what it was when
+// the middleware first saw it, and the body parsers skip the parsed body.
+function redispatch(req, res, attempt) {
+  req[kAttempt] = attempt;
+  for (const name of res.getHeaderNames()) res.removeHeader(name);
+  for (const [name, value] of Object.entries(req[kEntryHeaders])) res.setHeader(name, value);
+  res.statusCode = 200;
+  req.url = req.originalUrl;
+  req.app.handle(req, res, (err) => send(res, err
+    ? problem(500, 'internal', 'Internal Server Error', 'The request failed when it was run again.')
+    : problem(404, 'not-found', 'Not Found', 'No route answered the request when it was run again.')));
+}
+
 // Holds the response until finalize(response) says what to send.
-function capture(res, finalize, onError) {
+function capture(res, finalize, onError, retry) {
   const { writeHead, write, end } = res;
   const chunks = [];
   const add = (chunk, encoding) => {
@@ -47,7 +65,9 @@ function capture(res, finalize, onError) {
       body: Buffer.concat(chunks),
     };
     finalize(response).then((answer) => {
-      if (answer === response) {
+      if (answer === RETRY) {
+        retry();
+      } else if (answer === response) {
         res.setHeader('content-length', response.body.length);
         res.end(response.body);
       } else {
@@ -62,6 +82,8 @@ export function idempotency(options) {
   const o = resolveOptions(options);
 
   async function run(req, res, next) {
+    const attempt = req[kAttempt] ?? 0;
+    if (attempt === 0) req[kEntryHeaders] = res.getHeaders();
     const key = req.get('idempotency-key');
     const refused = checkKey(key, o);
     if (refused) return send(res, refused);
@@ -79,8 +101,9 @@ export function idempotency(options) {
       if (claimed.answer) return send(res, claimed.answer);
       state = claimed.state;
     }
+    state.attempt = attempt;
     req.idempotency = handlerApi(state);
-    capture(res, (response) => complete(state, response), next);
+    capture(res, (response) => complete(state, response), next, () => redispatch(req, res, attempt + 1));
     return next();
   }
 

@@ -3,7 +3,7 @@
 // Routes opt out or change settings with config: { idempotency: ... }.
 import fp from 'fastify-plugin';
 import {
-  abort, checkKey, claim, complete, handlerApi, resolveOptions, routeOptions, unprotectedState,
+  RETRY, abort, answerOf, checkKey, claim, complete, handlerApi, isRetryable, resolveOptions, routeOptions, unprotectedState,
 } from './core.js';
 
 const kState = Symbol('idempotency state');
@@ -37,6 +37,29 @@ async function idempotencyPlugin(fastify, options) {
 
   fastify.decorateRequest('idempotency', null);
 
+  // A serialization failure or deadlock thrown by a handler: everything is
+  // rolled back, the key claimed again and the handler run again, up to
+  // `retries` times (one at commit, after the handler, is answered 503).
+  fastify.addHook('onRoute', (route) => {
+    const handler = route.handler;
+    route.handler = async function idempotentHandler(request, reply) {
+      for (;;) {
+        try {
+          return await handler.call(this, request, reply);
+        } catch (err) {
+          const state = request[kState];
+          if (!state || !state.key || !isRetryable(err) || state.attempt >= state.o.retries || reply.sent) throw err;
+          await abort(state);
+          const claimed = await claim(state.o, state.request);
+          if (claimed.answer) return sendAnswer(reply, claimed.answer);
+          claimed.state.attempt = state.attempt + 1;
+          request[kState] = claimed.state;
+          request.idempotency = handlerApi(claimed.state);
+        }
+      }
+    };
+  });
+
   fastify.addHook('preHandler', async (request, reply) => {
     const o = optionsOf(request);
     if (!o) return undefined;
@@ -67,7 +90,8 @@ async function idempotencyPlugin(fastify, options) {
     if (!state || state.done) return payload;
     const body = await payloadBytes(payload);
     const response = { status: reply.statusCode, headers: reply.getHeaders(), body };
-    const answer = await complete(state, response);
+    let answer = await complete(state, response);
+    if (answer === RETRY) answer = answerOf(state.lastError ?? { code: '40001' });
     if (answer === response) return body;
     for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name);
     reply.code(answer.status).headers(answer.headers);

@@ -24,6 +24,7 @@ async function placeOrder(db, key, body, tenant) {
 const SERIALIZATION_FAILURE = "DO $$ BEGIN RAISE EXCEPTION 'test conflict' USING ERRCODE = '40001'; END $$";
 
 const thrownOnce = new Set();
+const conflictedOnce = new Set();
 
 const tenantOf = (req) => req.headers['x-tenant'] ?? 'default';
 
@@ -52,10 +53,15 @@ const handlers = {
     await placeOrder(await idem.begin(), idem.key, body, tenant);
     reply(404, { 'content-type': 'application/json' }, JSON.stringify({ missing: body.sku, n: Math.random() }));
   },
-  async conflict(idem, body, tenant) {
+  // a serialization failure the first time a key is seen, or always
+  async conflict(idem, body, tenant, reply, query) {
     const db = await idem.begin();
-    await placeOrder(db, idem.key, body, tenant);
-    await db.query(SERIALIZATION_FAILURE);
+    const id = await placeOrder(db, idem.key, body, tenant);
+    if (!conflictedOnce.has(idem.key) || query.always) {
+      conflictedOnce.add(idem.key);
+      await db.query(SERIALIZATION_FAILURE);
+    }
+    reply(201, { 'content-type': 'application/json' }, JSON.stringify({ order_id: id }));
   },
   async binary(idem, body, tenant, reply) {
     await placeOrder(await idem.begin(), idem.key, {}, tenant);

@@ -124,14 +124,19 @@ for (const framework of FRAMEWORKS) {
         assert.deepEqual(await ordersOf([keyN]), {});
       });
 
-      test('a serialization failure in the handler: 503 + Retry-After, nothing kept', async () => {
+      test('a serialization failure in the handler: run again; past the retries 503 + Retry-After', async () => {
         const key = k('conflict');
         const r = await post(app.url, '/orders/conflict', { key, body: { sku: 'c' } });
-        assert.equal(r.status, 503);
-        assert.equal(r.headers['retry-after'], '1');
-        assert.equal(json(r).type, 'urn:idempotency:retry');
-        assert.deepEqual(await ordersOf([key]), {});
-        assert.equal(await record(key), undefined);
+        assert.equal(r.status, 201);
+        assert.equal(r.headers['idempotent-replayed'], undefined);
+        assert.deepEqual(await ordersOf([key]), { [key]: 1 });
+        const always = k('conflict-always');
+        const out = await post(app.url, '/orders/conflict?always=1', { key: always, body: { sku: 'c' } });
+        assert.equal(out.status, 503);
+        assert.equal(out.headers['retry-after'], '1');
+        assert.equal(json(out).type, 'urn:idempotency:retry');
+        assert.deepEqual(await ordersOf([always]), {});
+        assert.equal(await record(always), undefined);
       });
 
       test('a duplicate of a request in flight: 409 + Retry-After at once, or the replay after polling', async () => {
