@@ -79,6 +79,25 @@ run_tap_suite() {
     rm -rf "$dir"
 }
 
+# pgbouncer_start DIR PORT "NAME = host=... dbname=..."...: a transaction-
+# pooling PgBouncer for those databases on a private loopback port, run as
+# the cluster's OS user from DIR, stopped with the cluster (or by
+# server_stop DIR/pgbouncer.pid).
+pgbouncer_start() {
+    local dir=$1 port=$2
+    shift 2
+    mkdir -p "$dir"
+    printf '%s\n' '[databases]' "$@" \
+        '[pgbouncer]' 'listen_addr = 127.0.0.1' "listen_port = $port" 'unix_socket_dir =' \
+        'auth_type = trust' "auth_file = $dir/users.txt" 'pool_mode = transaction' \
+        'max_client_conn = 200' 'default_pool_size = 10' \
+        "pidfile = $dir/pgbouncer.pid" "logfile = $dir/pgbouncer.log" >"$dir/pgbouncer.ini"
+    echo '"postgres" ""' >"$dir/users.txt"
+    [ "$(id -u)" -eq 0 ] && chown -R "$CLUSTER_OS_USER" "$dir"
+    SERVER_PIDFILES+=("$dir/pgbouncer.pid")
+    as_cluster_user pgbouncer -d "$dir/pgbouncer.ini" || { cat "$dir/pgbouncer.log" >&2; return 1; }
+}
+
 # The HTTP example (examples/http) driven for real, directly and through a
 # transaction-pooling PgBouncer that runs as the cluster's OS user on a
 # private loopback port; both stop when the suite ends.  Debian's python3,
@@ -89,20 +108,10 @@ run_http_suite() {
     createdb idempotency_http && psql -q -X -d idempotency_http -c 'CREATE EXTENSION idempotency' \
         || { failed=$((failed + 1)); return; }
     dir=$CLUSTER_DIR/pgbouncer
-    mkdir -p "$dir"
-    printf '%s\n' '[databases]' \
+    pgbouncer_start "$dir" "$bouncer" \
         "idempotency_http = host=$PGHOST port=$PGPORT dbname=idempotency_http user=postgres" \
         "idempotency_http_one = host=$PGHOST port=$PGPORT dbname=idempotency_http user=postgres pool_size=1" \
-        '[pgbouncer]' 'listen_addr = 127.0.0.1' "listen_port = $bouncer" 'unix_socket_dir =' \
-        'auth_type = trust' "auth_file = $dir/users.txt" 'pool_mode = transaction' \
-        'max_client_conn = 200' 'default_pool_size = 10' \
-        "pidfile = $dir/pgbouncer.pid" "logfile = $dir/pgbouncer.log" >"$dir/pgbouncer.ini"
-    echo '"postgres" ""' >"$dir/users.txt"
-    [ "$(id -u)" -eq 0 ] && chown -R "$CLUSTER_OS_USER" "$dir"
-    SERVER_PIDFILES+=("$dir/pgbouncer.pid")
-    if ! as_cluster_user pgbouncer -d "$dir/pgbouncer.ini"; then
-        failed=$((failed + 1)); cat "$dir/pgbouncer.log" >&2; return
-    fi
+        || { failed=$((failed + 1)); return; }
     /usr/bin/python3 test/http/orders_service_test.py \
         "host=$PGHOST port=$PGPORT dbname=idempotency_http user=postgres" \
         "host=127.0.0.1 port=$bouncer dbname=idempotency_http user=postgres" "$port" 2>&1 | tee "$log"
@@ -116,26 +125,11 @@ run_http_suite() {
 
 # --- client packages (clients/node, clients/python) -----------------------
 
-# clients_pgbouncer_start DB PORT: a transaction-pooling PgBouncer for DB on
-# a private loopback port, run as the cluster's OS user, stopped with the
-# cluster (or by server_stop "$CLUSTER_DIR/pgbouncer-DB/pgbouncer.pid").
-clients_pgbouncer_start() {
-    local db=$1 port=$2 dir=$CLUSTER_DIR/pgbouncer-$1
-    mkdir -p "$dir"
-    printf '%s\n' '[databases]' "$db = host=$PGHOST port=$PGPORT dbname=$db user=postgres" \
-        '[pgbouncer]' 'listen_addr = 127.0.0.1' "listen_port = $port" 'unix_socket_dir =' \
-        'auth_type = trust' "auth_file = $dir/users.txt" 'pool_mode = transaction' \
-        'max_client_conn = 200' 'default_pool_size = 10' \
-        "pidfile = $dir/pgbouncer.pid" "logfile = $dir/pgbouncer.log" >"$dir/pgbouncer.ini"
-    echo '"postgres" ""' >"$dir/users.txt"
-    [ "$(id -u)" -eq 0 ] && chown -R "$CLUSTER_OS_USER" "$dir"
-    SERVER_PIDFILES+=("$dir/pgbouncer.pid")
-    as_cluster_user pgbouncer -d "$dir/pgbouncer.ini" || { cat "$dir/pgbouncer.log" >&2; return 1; }
-}
-
-# clients_database DB: a new database with the extension
+# clients_database DB PORT: a new database with the extension, and a
+# PgBouncer for it on PORT (its directory: $CLUSTER_DIR/pgbouncer-DB)
 clients_database() {
-    createdb "$1" && psql -q -X -d "$1" -c 'CREATE EXTENSION idempotency'
+    createdb "$1" && psql -q -X -d "$1" -c 'CREATE EXTENSION idempotency' \
+        && pgbouncer_start "$CLUSTER_DIR/pgbouncer-$1" "$2" "$1 = host=$PGHOST port=$PGPORT dbname=$1 user=postgres"
 }
 
 # clients/node: npm ci from the committed lockfile, then node --test against
@@ -146,7 +140,7 @@ run_node_client_suite() {
     say "clients/node (Express 5, Express 4, Fastify), directly and through PgBouncer"
     command -v npm >/dev/null || ensure_packages nodejs npm || { failed=$((failed + 1)); return; }
     (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
-        && clients_database "$db" && clients_pgbouncer_start "$db" "$bouncer" \
+        && clients_database "$db" "$bouncer" \
         || { failed=$((failed + 1)); return; }
     (cd clients/node && IDEM_TEST_DSN="postgresql://postgres@/$db?host=$PGHOST&port=$PGPORT" \
         IDEM_TEST_POOLED_DSN="postgresql://postgres@127.0.0.1:$bouncer/$db" \
@@ -159,6 +153,7 @@ run_node_client_suite() {
     passed=$((passed + ok)); failed=$((failed + bad))
     server_stop "$CLUSTER_DIR/pgbouncer-$db/pgbouncer.pid"
 }
+
 # clients/python: pytest (Debian's python3, which has the packages) of the
 # ASGI middleware under uvicorn and the Django middleware under gunicorn,
 # directly and through PgBouncer; counts pytest's last line.
@@ -167,7 +162,7 @@ run_python_client_suite() {
     say "clients/python (Starlette under uvicorn, Django under gunicorn), directly and through PgBouncer"
     ensure_packages python3-psycopg python3-psycopg-pool python3-psycopg2 python3-starlette \
         python3-uvicorn python3-django python3-gunicorn python3-pytest \
-        && clients_database "$db" && clients_pgbouncer_start "$db" "$bouncer" \
+        && clients_database "$db" "$bouncer" \
         || { failed=$((failed + 1)); return; }
     (cd clients/python && IDEM_TEST_DSN="host=$PGHOST port=$PGPORT dbname=$db user=postgres" \
         IDEM_TEST_POOLED_DSN="host=127.0.0.1 port=$bouncer dbname=$db user=postgres" \

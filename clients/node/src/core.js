@@ -333,9 +333,22 @@ export async function abort(state) {
   await complete(state, { status: 500, headers: {}, body: Buffer.alloc(0) }).catch(() => {});
 }
 
+// admit(o, key, request) with request = {raw (the framework's request, for
+// the scope function), method, path, body}: -> {answer} to send (a bad key,
+// a replay, 409, a problem) or {state} of a claimed key, or of a request
+// without a key on a route where it is optional.
+export async function admit(o, key, request) {
+  const refused = checkKey(key, o);
+  if (refused) return { answer: refused };
+  if (key === undefined) return { state: unprotectedState(o) };
+  return claim(o, {
+    key, scope: String(await o.scopeOf(request.raw)), method: request.method, path: request.path, body: request.body,
+  });
+}
+
 // A request without a key where the key is optional: no claim, and a
 // transaction on first use of begin().
-export function unprotectedState(o) {
+function unprotectedState(o) {
   return {
     o, key: null, scope: null, fence: null, recoveryPoint: null, client: null,
     lit: null, lastError: null, unknown: false, done: false, timer: null, attempt: 0, request: null,

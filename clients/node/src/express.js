@@ -3,7 +3,7 @@
 // captured) until its outcome is committed with the claim; only then are
 // the bytes sent, so a client never sees an answer that was not recorded.
 import {
-  RETRY, checkKey, claim, complete, handlerApi, resolveOptions, unprotectedState,
+  RETRY, admit, complete, handlerApi, resolveOptions,
 } from './core.js';
 import { problem } from './response.js';
 
@@ -84,23 +84,11 @@ export function idempotency(options) {
   async function run(req, res, next) {
     const attempt = req[kAttempt] ?? 0;
     if (attempt === 0) req[kEntryHeaders] = res.getHeaders();
-    const key = req.get('idempotency-key');
-    const refused = checkKey(key, o);
-    if (refused) return send(res, refused);
-    let state;
-    if (key === undefined) {
-      state = unprotectedState(o);
-    } else {
-      const claimed = await claim(o, {
-        key,
-        scope: String(await o.scopeOf(req)),
-        method: req.method,
-        path: req.originalUrl,
-        body: req.body,
-      });
-      if (claimed.answer) return send(res, claimed.answer);
-      state = claimed.state;
-    }
+    const admitted = await admit(o, req.get('idempotency-key'), {
+      raw: req, method: req.method, path: req.originalUrl, body: req.body,
+    });
+    if (admitted.answer) return send(res, admitted.answer);
+    const { state } = admitted;
     state.attempt = attempt;
     req.idempotency = handlerApi(state);
     capture(res, (response) => complete(state, response), next, () => redispatch(req, res, attempt + 1));

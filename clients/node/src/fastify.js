@@ -3,7 +3,7 @@
 // Routes opt out or change settings with config: { idempotency: ... }.
 import fp from 'fastify-plugin';
 import {
-  RETRY, abort, answerOf, checkKey, claim, complete, handlerApi, isRetryable, resolveOptions, routeOptions, unprotectedState,
+  RETRY, abort, admit, answerOf, claim, complete, handlerApi, isRetryable, resolveOptions, routeOptions,
 } from './core.js';
 
 const kState = Symbol('idempotency state');
@@ -63,23 +63,11 @@ async function idempotencyPlugin(fastify, options) {
   fastify.addHook('preHandler', async (request, reply) => {
     const o = optionsOf(request);
     if (!o) return undefined;
-    const key = request.headers['idempotency-key'];
-    const refused = checkKey(key, o);
-    if (refused) return sendAnswer(reply, refused);
-    let state;
-    if (key === undefined) {
-      state = unprotectedState(o);
-    } else {
-      const claimed = await claim(o, {
-        key,
-        scope: String(await o.scopeOf(request)),
-        method: request.method,
-        path: request.url,
-        body: request.body,
-      });
-      if (claimed.answer) return sendAnswer(reply, claimed.answer);
-      state = claimed.state;
-    }
+    const admitted = await admit(o, request.headers['idempotency-key'], {
+      raw: request, method: request.method, path: request.url, body: request.body,
+    });
+    if (admitted.answer) return sendAnswer(reply, admitted.answer);
+    const { state } = admitted;
     request[kState] = state;
     request.idempotency = handlerApi(state);
     return undefined;

@@ -196,16 +196,17 @@ def test_scope_not_granted_and_read_only(framework):
     sql("DO $$ BEGIN CREATE ROLE idem_py_noscope LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
     sql("GRANT USAGE ON SCHEMA public TO idem_py_noscope")
     _, dsn = TARGETS[0]
-    proc, url = start_app(framework, dsn + " user=idem_py_noscope", PORT + 5)
+    status, _, body = first_answer(framework, dsn + " user=idem_py_noscope")
+    assert status == 403 and problem_type(body) == "urn:idempotency:scope-forbidden"
+    status, _, body = first_answer(framework, dsn + " options='-c default_transaction_read_only=on'")
+    assert status == 503 and problem_type(body) == "urn:idempotency:read-only"
+
+
+def first_answer(framework, dsn):
+    """the answer to one POST /orders of an app on its own connection settings"""
+    proc, url = start_app(framework, dsn, PORT + 5)
     try:
-        status, headers, body = post(url, "/orders", key=unique_key("noscope"))
-        assert status == 403 and problem_type(body) == "urn:idempotency:scope-forbidden"
-    finally:
-        stop_app(proc)
-    proc, url = start_app(framework, dsn + " options='-c default_transaction_read_only=on'", PORT + 5)
-    try:
-        status, headers, body = post(url, "/orders", key=unique_key("ro"))
-        assert status == 503 and problem_type(body) == "urn:idempotency:read-only"
+        return post(url, "/orders", key=unique_key("settings"))
     finally:
         stop_app(proc)
 

@@ -13,8 +13,8 @@ import json
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from .core import (RETRYABLE, Options, Response, answer_of, check_key, claim_sql, decode_stored,
-                   fail_sql, finish_sql, fingerprint, in_progress, keeps, poll_delay, sqlstate_of)
+from .core import (RETRYABLE, Options, Response, answer_of, check_key, claim_sql, fail_sql, finish_sql,
+                   fingerprint, keeps, not_claimed, sqlstate_of)
 
 
 def header(scope, name):
@@ -205,12 +205,10 @@ class IdempotencyMiddleware:
                     await self._putconn(conn)
                 return Idempotency(self, o, key, scope_name, fence, recovery_point, None if leased else conn)
             await self._rollback(conn)
-            if outcome == "replay":
-                return decode_stored(result)
-            wait = poll_delay(retry_after)
-            if loop.time() + wait > deadline:
-                return in_progress(retry_after)
-            await asyncio.sleep(wait)
+            answer = not_claimed(outcome, result, retry_after, deadline, loop.time())
+            if isinstance(answer, Response):
+                return answer
+            await asyncio.sleep(answer)
 
     async def _heartbeat(self, handle, every):
         while True:

@@ -166,9 +166,16 @@ def in_progress(retry_after):
                    [("retry-after", str(max(1, int(-(-retry_after // 1)))))])
 
 
-def poll_delay(retry_after):
-    """seconds a duplicate in flight sleeps before its next claim (jitter)"""
-    return retry_after * (0.5 + random.random() / 2)
+def not_claimed(outcome, result, retry_after, deadline, now):
+    """a claim answered 'replay' or 'in_progress' -> the Response to send,
+    or the seconds to sleep (jitter) before claiming again, while `deadline`
+    (of the clock that gave `now`) allows"""
+    if outcome == "replay":
+        return decode_stored(result)
+    wait = retry_after * (0.5 + random.random() / 2)
+    if now + wait > deadline:
+        return in_progress(retry_after)
+    return wait
 
 
 def answer_of(sqlstate, message=""):

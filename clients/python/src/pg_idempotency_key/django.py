@@ -17,8 +17,8 @@ from django.db import DatabaseError, connections, transaction
 from django.http import HttpResponse
 from django.utils.module_loading import import_string
 
-from .core import (RETRYABLE, Options, Response, answer_of, check_key, claim_sql, decode_stored,
-                   fail_sql, finish_sql, fingerprint, in_progress, keeps, poll_delay, sqlstate_of)
+from .core import (RETRYABLE, Options, Response, answer_of, check_key, claim_sql, fail_sql, finish_sql,
+                   fingerprint, keeps, not_claimed, sqlstate_of)
 
 
 class _Retry(Exception):
@@ -146,12 +146,10 @@ class IdempotencyMiddleware:
                     raise _Retry(sqlstate_of(exc)) from exc
                 raise
             # not claimed: the claim's transaction is over, nothing held
-            if outcome == "replay":
-                return decode_stored(result)
-            wait = poll_delay(retry_after)
-            if time.monotonic() + wait > deadline:
-                return in_progress(retry_after)
-            time.sleep(wait)
+            answer = not_claimed(outcome, result, retry_after, deadline, time.monotonic())
+            if isinstance(answer, Response):
+                return answer
+            time.sleep(answer)
 
     @staticmethod
     def _conflict_or(request, response):
@@ -175,12 +173,10 @@ class IdempotencyMiddleware:
                 outcome, result, fence, recovery_point, retry_after = cur.fetchone()
             if outcome == "claimed":
                 break
-            if outcome == "replay":
-                return decode_stored(result)
-            wait = poll_delay(retry_after)
-            if time.monotonic() + wait > deadline:
-                return in_progress(retry_after)
-            time.sleep(wait)
+            answer = not_claimed(outcome, result, retry_after, deadline, time.monotonic())
+            if isinstance(answer, Response):
+                return answer
+            time.sleep(answer)
         handle = Idempotency(o, self.using, key, scope, fence, recovery_point)
         request.idempotency = handle
         try:
