@@ -387,6 +387,8 @@ B6_KEYS=$(redis dbsize)
 # pool of 10), driven by wrk with 50 connections: new keys, then a duplicate
 # storm (every key sent 5 times concurrently), variants alternated per run;
 # then each variant's app killed with kill -9 mid-storm (bench/http/fault.js).
+# idempotency.retry_after is 20 ms there, the order of the handler's time:
+# a polling duplicate (package-wait) claims again after 10-20 ms, not 0.5-1 s.
 B9_VARIANTS=(none express-idempotency node-idempotency package)
 B9_PORT=${IDEM_B9_PORT:-18380}
 b9_app_start() {  # VARIANT: the app on B9_PORT, its pid file registered
@@ -421,6 +423,7 @@ bench_http_middlewares() {
         && createdb idem_bench_http \
         && psql -X -q -v ON_ERROR_STOP=1 -d idem_bench_http -c 'CREATE EXTENSION idempotency' \
             -c 'CREATE TABLE bench_http_order (id bigserial PRIMARY KEY, idempotency_key text, sku text, qty int)' \
+            -c "ALTER DATABASE idem_bench_http SET idempotency.retry_after = '20ms'" \
         || return 1
     export BENCH_DSN="postgresql://postgres@/idem_bench_http?host=$PGHOST&port=$PGPORT"
     export BENCH_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
