@@ -555,7 +555,7 @@ done
 }
 
 # --- B9 table ------------------------------------------------------------
-b9_row() { printf '| %-28s | %16s | %16s | %16s | %16s |\n' "$@"; }
+b9_row() { printf '| %-34s | %16s | %16s | %16s | %16s |\n' "$@"; }
 b9_field() { sed -n "s/.*$2=\([0-9]*\).*/\1/p" <<<"${B9_FAULT[$1]:-}"; }
 {
 echo
@@ -576,8 +576,7 @@ for v in "${B9_VARIANTS[@]}"; do cells+=("$(total "b9_${v}_storm_dup")"); done
 b9_row "storm: duplicate rows (all runs)" "${cells[@]}"
 cells=()
 for v in "${B9_VARIANTS[@]}"; do cells+=("$(b9_field "$v" duplicated) / $(b9_field "$v" unanswered) / $(b9_field "$v" stuck)"); done
-b9_row "kill -9: keys 2+ rows / effect" "${cells[@]}"
-b9_row "  without 2xx / stuck on 409" "" "" "" ""
+b9_row "kill -9: 2+ rows / no 2xx / 409" "${cells[@]}"
 echo
 r=$(ratio b9_package_new b9_node-idempotency_new)
 r2=$(ratio b9_package_new b9_express-idempotency_new)

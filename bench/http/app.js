@@ -6,7 +6,8 @@
 //   node-idempotency     @node-idempotency/core + its Redis storage adapter,
 //                        glued into Express as the core's README shows
 //                        (@node-idempotency/express is not on the npm registry)
-//   package              this repository's clients/node (pg-idempotency-key);
+//   package              this repository's clients/node (pg-idempotency-key),
+//                        prepare: true (the app connects directly);
 //                        package-wait: the same, duplicates polling up to 10 s
 // node app.js VARIANT PORT   (BENCH_DSN, BENCH_REDIS_URL); pg pool of 10.
 import express from 'express';
@@ -63,7 +64,8 @@ if (variant === 'none' || variant === 'express-idempotency') {
     return res.status(201).json(body);
   });
 } else if (variant === 'package' || variant === 'package-wait') {
-  const idem = expressIdempotency({ pool, waitFor: variant === 'package-wait' ? 10000 : 0 });
+  // a direct connection: the claim and idem_finish as prepared statements
+  const idem = expressIdempotency({ pool, prepare: true, waitFor: variant === 'package-wait' ? 10000 : 0 });
   app.post('/orders', idem, async (req, res) => {
     const { rows } = await req.idempotency.client.query(INSERT, [req.idempotency.key, req.body.sku, req.body.qty]);
     res.status(201).json(orderBody(rows[0].id, req.body));

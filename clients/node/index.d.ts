@@ -27,6 +27,8 @@ export interface IdempotencyOptions<Req = unknown> {
   waitFor?: number;
   /** Re-runs of a request after 40001 or 40P01 (default 3). */
   retries?: number;
+  /** Server-side prepared statements for the claim and idem_finish (default false; not behind a transaction-pooling PgBouncer). */
+  prepare?: boolean;
   /** Longest key accepted, in characters (default 255, the server's default idempotency.max_key_length). */
   maxKeyLength?: number;
 }

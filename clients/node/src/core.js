@@ -1,11 +1,11 @@
 // The framework-independent part: options, key checks, the claim (with its
 // polling of a duplicate in flight), the outcome (idem_finish with COMMIT,
 // or ROLLBACK / idem_fail), and the HTTP answers of the extension's SQLSTATEs.
-// Every statement is sent as one simple-protocol string with escaped
-// literals, so that BEGIN travels with the claim and COMMIT with idem_finish
-// (node-postgres sends a parameterized query as its own round trip).
-import { createHash } from 'node:crypto';
+// The statements themselves are in statements.js.
 import { decodeStored, encodeStored, problem } from './response.js';
+import {
+  claimSql, fingerprintOf, finishSql, forgetPrepared, literal, markPrepared,
+} from './statements.js';
 
 const DEFAULTS = {
   scope: '',
@@ -19,6 +19,7 @@ const DEFAULTS = {
   waitFor: 0,
   retries: 3,
   maxKeyLength: 255,
+  prepare: false,
 };
 
 // sf-string characters of the IETF draft: printable ASCII
@@ -59,22 +60,7 @@ export function checkKey(key, o) {
   return null;
 }
 
-// The fingerprint as an SQL expression: idem_fingerprint over method, path
-// and body for a parsed JSON body (key order and white space do not count),
-// else SHA-256 of method, path and the body's bytes.
-export function fingerprintSql(lit, method, path, body) {
-  if (body !== undefined && body !== null && !Buffer.isBuffer(body) && typeof body === 'object') {
-    const json = JSON.stringify([method, path, body]);
-    // jsonb refuses \u0000: such a body is hashed as bytes
-    if (!json.includes('\\u0000')) return `idem_fingerprint(${lit(json)}::jsonb)`;
-  }
-  const bytes = Buffer.isBuffer(body) ? body
-    : Buffer.from(typeof body === 'string' ? body : body == null ? '' : JSON.stringify(body));
-  const hash = createHash('sha256').update(`${method} ${path}\n`).update(bytes).digest('hex');
-  return `${lit(`\\x${hash}`)}::bytea`;
-}
-
-const seconds = (ms) => `make_interval(secs => ${Number(ms) / 1000})`;
+const interval = (ms) => `make_interval(secs => ${Number(ms) / 1000})`;
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 function releaseClient(client, err) {
@@ -134,22 +120,26 @@ function inProgress(retryAfterSeconds) {
 export async function claim(o, request) {
   const deadline = Date.now() + o.waitFor;
   let conflicts = 0;
+  let reprepared = false;
+  const fingerprint = fingerprintOf(request.method, request.path, request.body);
   for (;;) {
     const client = await o.pool.connect();
-    const lit = (v) => client.escapeLiteral(String(v));
     const leased = o.lease != null;
-    const sql = `${leased ? '' : 'BEGIN; '}SELECT outcome, result, fence, recovery_point,`
-      + ' extract(epoch FROM retry_after)::float8 AS retry_after'
-      + ` FROM idem_claim(${lit(request.key)}, scope => ${lit(request.scope)},`
-      + ` fingerprint => ${fingerprintSql(lit, request.method, request.path, request.body)},`
-      + ` wait => false${o.ttl != null ? `, ttl => ${seconds(o.ttl)}` : ''}`
-      + `${leased ? `, lease => ${seconds(o.lease)}` : ''})`;
+    const { setup, sql } = claimSql(client, o, { ...request, fingerprint });
     let row;
     try {
-      const results = await client.query(sql);
+      // a leased claim is a statement of its own (25001 in a transaction block)
+      if (setup && leased) await client.query(setup);
+      const results = await client.query(`${setup && !leased ? `${setup}; ` : ''}${leased ? '' : 'BEGIN; '}${sql}`);
+      if (setup) markPrepared(client);
       row = (Array.isArray(results) ? results[results.length - 1] : results).rows[0];
     } catch (err) {
       if (leased || !err.code) releaseClient(client, err); else await rollback(client);
+      if (err.code === '26000' && !reprepared) {
+        reprepared = true;
+        forgetPrepared(client);
+        continue;
+      }
       if (RETRYABLE.has(err.code) && conflicts++ < o.retries) continue;
       const answer = answerOf(err);
       if (answer) return { answer };
@@ -160,7 +150,7 @@ export async function claim(o, request) {
       return {
         state: {
           o, key: request.key, scope: request.scope, fence: Number(row.fence),
-          recoveryPoint: row.recovery_point, client: leased ? null : client, lit,
+          recoveryPoint: row.recovery_point, client: leased ? null : client, lit: literal(client),
           lastError: null, unknown: false, done: false, timer: null, attempt: 0, request,
         },
       };
@@ -244,7 +234,7 @@ async function autocommit(state, call, extra = '') {
 }
 
 async function extendLease(state, ms) {
-  const row = await autocommit(state, `idem_extend_lease(${state.lit(state.key)}, ${seconds(ms)}`);
+  const row = await autocommit(state, `idem_extend_lease(${state.lit(state.key)}, ${interval(ms)}`);
   return row && Object.values(row)[0];
 }
 
@@ -264,9 +254,8 @@ export async function complete(state, response) {
   if (state.done) return response;
   state.done = true;
   if (state.timer) clearInterval(state.timer);
-  const { o, lit } = state;
+  const { o } = state;
   const leased = o.lease != null;
-  const fence = leased ? `, fence => ${state.fence}` : '';
   const client = state.client;
   state.client = null;
   const keep = response.status < 400 || (response.status < 500 && o.storeClientErrors);
@@ -282,10 +271,10 @@ export async function complete(state, response) {
     if (leased && !state.unknown) await release(state, response.status);
     return conflict();
   }
-  const finish = `SELECT idem_finish(${lit(state.key)}, ${lit(JSON.stringify(encodeStored(response, o.storedHeaders)))}::jsonb,`
-    + ` scope => ${lit(state.scope)}${fence})`;
   const target = client || await o.pool.connect();
   try {
+    const finish = finishSql(target, state.key, state.scope, encodeStored(response, o.storedHeaders),
+      leased ? state.fence : null);
     await target.query(client ? `${finish}; COMMIT` : finish);
     releaseClient(target);
     return response;

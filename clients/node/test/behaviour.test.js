@@ -17,13 +17,13 @@ const record = async (key) => (await sql(
 ))[0];
 
 for (const framework of FRAMEWORKS) {
-  for (const [target, dsn] of TARGETS) {
+  for (const [target, dsn, options] of TARGETS) {
     describe(`${framework}, ${target}`, () => {
       let app;
       let pool;
       before(async () => {
         pool = new pg.Pool({ connectionString: dsn, max: 4 });
-        app = await listen(framework, { pool });
+        app = await listen(framework, { pool, ...options });
       });
       after(async () => {
         await app.close();

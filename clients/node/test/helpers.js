@@ -9,7 +9,13 @@ export const POOLED = process.env.IDEM_TEST_POOLED_DSN;
 if (!DIRECT) throw new Error('set IDEM_TEST_DSN (scripts/test.sh does)');
 
 // the targets every behaviour is checked on
-export const TARGETS = [['direct', DIRECT], ...(POOLED ? [['pgbouncer', POOLED]] : [])];
+// [name, DSN, middleware options]; prepared statements only on a direct
+// connection (a transaction-pooling PgBouncer cannot keep them)
+export const TARGETS = [
+  ['direct', DIRECT, {}],
+  ['direct, prepared statements', DIRECT, { prepare: true }],
+  ...(POOLED ? [['pgbouncer', POOLED, {}]] : []),
+];
 export const FRAMEWORKS = ['express5', 'express4', 'fastify'];
 
 export async function setupDatabase() {
