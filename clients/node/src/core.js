@@ -46,7 +46,7 @@ export function routeOptions(resolved, overrides) {
 }
 
 // -> a problem answer for a missing or malformed key, or null
-export function checkKey(key, o) {
+function checkKey(key, o) {
   if (key === undefined || key === null) {
     return o.required
       ? problem(400, 'key-missing', 'Idempotency-Key header missing',
@@ -113,6 +113,17 @@ function inProgress(retryAfterSeconds) {
     { 'retry-after': String(Math.max(1, Math.ceil(retryAfterSeconds))) });
 }
 
+// The prepared statements, once per connection, on their own: a claim
+// that fails must not leave the connection unsure whether it has them.
+async function prepare(client, setup) {
+  try {
+    await client.query(setup);
+  } catch (err) {
+    if (err.code !== '42P05') throw err; // already there
+  }
+  markPrepared(client);
+}
+
 // claim(o, request) with request = {key, scope, method, path, body}:
 // -> {answer} (replay, 409, or a problem), or {state} for a claimed key, in
 // which case an in-transaction claim's client is held in its transaction.
@@ -128,10 +139,8 @@ export async function claim(o, request) {
     const { setup, sql } = claimSql(client, o, { ...request, fingerprint });
     let row;
     try {
-      // a leased claim is a statement of its own (25001 in a transaction block)
-      if (setup && leased) await client.query(setup);
-      const results = await client.query(`${setup && !leased ? `${setup}; ` : ''}${leased ? '' : 'BEGIN; '}${sql}`);
-      if (setup) markPrepared(client);
+      if (setup) await prepare(client, setup);
+      const results = await client.query(`${leased ? '' : 'BEGIN; '}${sql}`);
       row = (Array.isArray(results) ? results[results.length - 1] : results).rows[0];
     } catch (err) {
       if (leased || !err.code) releaseClient(client, err); else await rollback(client);

@@ -2,7 +2,7 @@
 // escaped literals, so that BEGIN travels with the claim and COMMIT with
 // idem_finish in one round trip each (node-postgres sends a parameterized
 // query as a round trip of its own).  With the "prepare" option, both are
-// server-side prepared statements (SQL PREPARE, sent with the first claim
+// server-side prepared statements (SQL PREPARE, sent before the first claim
 // on each connection), saving their parse and plan on every request; a
 // transaction-pooling PgBouncer cannot keep those, so it is off by default.
 import { createHash } from 'node:crypto';
