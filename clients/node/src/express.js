@@ -58,6 +58,7 @@ function capture(res, finalize, onError, retry) {
   };
   res.end = function heldEnd(chunk, encoding, callback) {
     add(chunk, encoding);
+    const done = [chunk, encoding, callback].find((a) => typeof a === 'function');
     Object.assign(res, { writeHead, write, end });
     const response = {
       status: res.statusCode,
@@ -69,7 +70,7 @@ function capture(res, finalize, onError, retry) {
         retry();
       } else if (answer === response) {
         res.setHeader('content-length', response.body.length);
-        res.end(response.body);
+        res.end(response.body, done);
       } else {
         send(res, answer);
       }
