@@ -61,7 +61,7 @@ build_and_install || exit 1
 PRELOAD="shared_preload_libraries = 'idempotency'"
 # fsync on: synchronous_commit = on must mean a real WAL flush.  Big WAL so
 # that no checkpoint lands in the middle of a short run.
-# Loopback TCP as well, for pgJDBC in B9.
+# Loopback TCP as well, for pgJDBC in B10.
 cluster_start "fsync = on" "$PRELOAD" "shared_buffers = 256MB" \
     "max_wal_size = 4GB" "checkpoint_timeout = 30min" "listen_addresses = '127.0.0.1'" || exit 1
 WORK=$CLUSTER_DIR/bench
@@ -257,21 +257,21 @@ bench_b7() {
     done
 }
 
-# B9: the Spring library of clients/java, one JVM per run: the same payment
+# B10: the Spring library of clients/java, one JVM per run: the same payment
 # service under the Redis lock aspect (SET NX PX and a compare-and-delete
 # script over a minimal RESP client in the test sources: Debian has no Java
 # Redis client) and under @Idempotent, in a duplicate storm
-bench_b9() {
+bench_b10() {
     local out line mode
     out=$(cd clients/java && mvn -q -o -B -Dstyle.color=never -Dmaven.repo.local=/usr/share/maven-repo \
               test-compile exec:java \
-              -Dexec.args="jdbc:postgresql://127.0.0.1:$PGPORT/$DB?user=postgres $REDIS_PORT" 2>"$WORK/b9.$run.err") \
-        || { say "B9 failed"; tail -n 30 "$WORK/b9.$run.err" >&2; FAILED_ROWS+=(b9); return 1; }
+              -Dexec.args="jdbc:postgresql://127.0.0.1:$PGPORT/$DB?user=postgres $REDIS_PORT" 2>"$WORK/b10.$run.err") \
+        || { say "B10 failed"; tail -n 30 "$WORK/b10.$run.err" >&2; FAILED_ROWS+=(b10); return 1; }
     for mode in redis_lock idempotent; do
         line=$(grep -o "$mode calls_per_s.*" <<<"$out")
-        R[b9_$mode.$run]=$(sed -n 's/.*calls_per_s \([0-9]*\).*/\1/p' <<<"$line")
-        R[b9_dup_$mode.$run]=$(sed -n 's/.*duplicates \([0-9]*\).*/\1/p' <<<"$line")
-        printf '    %-14s %s\n' "b9_$mode" "$line" >&2
+        R[b10_$mode.$run]=$(sed -n 's/.*calls_per_s \([0-9]*\).*/\1/p' <<<"$line")
+        R[b10_dup_$mode.$run]=$(sed -n 's/.*duplicates \([0-9]*\).*/\1/p' <<<"$line")
+        printf '    %-14s %s\n' "b10_$mode" "$line" >&2
     done
 }
 
@@ -320,7 +320,7 @@ for run in $(seq "$RUNS"); do
         bench_purge || FAILED_ROWS+=(b5)
     fi
     bench_b7
-    bench_b9
+    bench_b10
     if [ "$HAS_SCOPE_GRANTS" -gt 0 ]; then
         bench_roles || FAILED_ROWS+=(b8)
     fi
@@ -407,6 +407,71 @@ B6_KEYS=$(redis dbsize)
 [ "$B6_KEYS" -eq "$RECORDS" ] || say "warning: Redis holds $B6_KEYS keys, expected $RECORDS"
 
 # ---------------------------------------------------------------------------
+# B9: the HTTP middleware of clients/node against the Redis middlewares, on
+# one Express 5 app (bench/http/app.js: POST /orders, one business row, pg
+# pool of 10), driven by wrk with 50 connections: new keys, then a duplicate
+# storm (every key sent 5 times concurrently), variants alternated per run;
+# then each variant's app killed with kill -9 mid-storm (bench/http/fault.js).
+# idempotency.retry_after is 20 ms there, the order of the handler's time:
+# a polling duplicate (package-wait) claims again after 10-20 ms, not 0.5-1 s.
+B9_VARIANTS=(none express-idempotency node-idempotency package)
+B9_PORT=${IDEM_B9_PORT:-18380}
+b9_app_start() {  # VARIANT: the app on B9_PORT, its pid file registered
+    local pidfile=$WORK/b9-app.pid i
+    (cd bench/http && exec node app.js "$1" "$B9_PORT") >"$WORK/b9-app.log" 2>&1 &
+    echo $! >"$pidfile"
+    SERVER_PIDFILES+=("$pidfile")
+    for i in $(seq 100); do
+        grep -q '^listening' "$WORK/b9-app.log" && return 0
+        sleep 0.1
+    done
+    say "B9: the $1 app did not start"; cat "$WORK/b9-app.log" >&2; return 1
+}
+b9_wrk() {  # NAME COPIES: requests/s into R[NAME.run], duplicate rows into R[NAME_dup.run]
+    local tag="r$run-$1" out rps
+    out=$(WRK_TAG=$tag WRK_COPIES=$2 wrk -t"$THREADS" -c50 -d"${DURATION}s" -s bench/http/storm.lua \
+          "http://127.0.0.1:$B9_PORT" 2>&1)
+    rps=$(sed -n 's/^Requests\/sec: *\([0-9.]*\).*/\1/p' <<<"$out")
+    [[ $rps =~ ^[0-9.]+$ ]] || { say "B9: wrk failed for $1"; echo "$out" >&2; FAILED_ROWS+=("$1"); return 1; }
+    R[$1.$run]=$rps
+    R[$1_dup.$run]=$(psql -X -At -d idem_bench_http -c "SELECT count(*) - count(DISTINCT idempotency_key)
+        FROM bench_http_order WHERE idempotency_key LIKE '$tag-%'")
+    printf '    %-26s %10.0f requests/s, %s duplicate rows\n' "$1" "$rps" "${R[$1_dup.$run]}" >&2
+}
+bench_http_middlewares() {
+    local v out
+    say "B9: Express 5 POST /orders, pg pool 10, wrk 50 connections: no idempotency, express-idempotency" \
+        "+ Redis, @node-idempotency + Redis, clients/node"
+    { command -v npm >/dev/null || ensure_packages nodejs npm; } && ensure_packages wrk \
+        && (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
+        && (cd bench/http && npm ci --no-audit --no-fund --loglevel=error) \
+        && createdb idem_bench_http \
+        && psql -X -q -v ON_ERROR_STOP=1 -d idem_bench_http -c 'CREATE EXTENSION idempotency' \
+            -c 'CREATE TABLE bench_http_order (id bigserial PRIMARY KEY, idempotency_key text, sku text, qty int)' \
+            -c "ALTER DATABASE idem_bench_http SET idempotency.retry_after = '20ms'" \
+        || return 1
+    export BENCH_DSN="postgresql://postgres@/idem_bench_http?host=$PGHOST&port=$PGPORT"
+    export BENCH_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+    for run in $(seq "$RUNS"); do
+        for v in "${B9_VARIANTS[@]}" package-wait; do
+            b9_app_start "$v" || { FAILED_ROWS+=("b9_$v"); continue; }
+            [ "$v" = package-wait ] || b9_wrk "b9_${v}_new" 1
+            b9_wrk "b9_${v}_storm" 5
+            server_stop "$WORK/b9-app.pid"
+        done
+    done
+    for v in "${B9_VARIANTS[@]}"; do
+        out=$(cd bench/http && node fault.js "$v" "$B9_PORT" "kill-$v") \
+            || { say "B9: fault run of $v failed"; FAILED_ROWS+=("b9_fault_$v"); continue; }
+        B9_FAULT[$v]=$out
+        printf '    %-26s %s\n' "kill -9 $v" "$out" >&2
+    done
+}
+declare -A B9_FAULT
+bench_http_middlewares || FAILED_ROWS+=(b9)
+# --- end of B9 -------------------------------------------------------------
+
+# ---------------------------------------------------------------------------
 # The table
 median() {
     printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {
@@ -490,10 +555,10 @@ row B7 "Python client: extension vs Redis lock (req/s)" "$(fmt "$(med b7_ext)")"
 B7_DUP_EXT=$(total b7_dup_ext)
 B7_DUP_REDIS=$(total b7_dup_redis)
 row B7 "duplicate effects, client killed (all runs)" "$B7_DUP_EXT" "Redis lock + PG $B7_DUP_REDIS" "" "0" "$([ "$B7_DUP_EXT" -eq 0 ] && echo met || echo MISSED)"
-r=$(ratio b9_idempotent b9_redis_lock)
-row B9 "Spring: @Idempotent vs Redis lock (calls/s)" "$(fmt "$(med b9_idempotent)")" "Redis lock + PG $(fmt "$(med b9_redis_lock)")" "$(fmt "$r" 2)" "" ""
-B9_DUP=$(total b9_dup_idempotent)
-row B9 "Spring: duplicate payments, storm (all runs)" "$B9_DUP" "Redis lock + PG $(total b9_dup_redis_lock)" "" "0" "$([ "$B9_DUP" -eq 0 ] && echo met || echo MISSED)"
+r=$(ratio b10_idempotent b10_redis_lock)
+row B10 "Spring: @Idempotent vs Redis lock (calls/s)" "$(fmt "$(med b10_idempotent)")" "Redis lock + PG $(fmt "$(med b10_redis_lock)")" "$(fmt "$r" 2)" "" ""
+B10_DUP=$(total b10_dup_idempotent)
+row B10 "Spring: duplicate payments, storm (all runs)" "$B10_DUP" "Redis lock + PG $(total b10_dup_redis_lock)" "" "0" "$([ "$B10_DUP" -eq 0 ] && echo met || echo MISSED)"
 if [ "$HAS_SCOPE_GRANTS" -gt 0 ]; then
     r=$(ratio b8_delegated_b1 b8_grants_b1)
     row B8 "new key: scope grant (delegated) vs grants" "$(fmt "$(med b8_delegated_b1)")" "table grants $(fmt "$(med b8_grants_b1)")" "$(fmt "$r" 2)" "" ""
@@ -512,17 +577,50 @@ echo "B3 effects written by the extension's claimers: $(values b3_ext_eff | past
      "inserted directly: $B6_PARTS."
 echo "B7: $CLIENTS client processes for requests/s; $HOT_CLIENTS on $HOT_KEYS hot keys per round, 3 rounds per run," \
      "a client killed after its COMMIT before each round (killed: Redis $(values b7_killed_redis | paste -sd' '), extension $(values b7_killed_ext | paste -sd' '))."
-echo "B9: Java 17, Spring 4.3 (clients/java), 2000 requests x 5 sends shuffled over 16 threads, a busy answer" \
+echo "B10: Java 17, Spring 4.3 (clients/java), 2000 requests x 5 sends shuffled over 16 threads, a busy answer" \
      "sent again after 1 ms; the lock is SET NX PX + a compare-and-delete Lua script over a minimal RESP client" \
      "in the test sources (Debian has no Java Redis client), ordered outside the transaction."
 echo "Runs (tps, GET/s, rows/s or ms, in run order):"
 for name in b1_ext_on b1_hand_on b1_ext_off b1_hand_off b2_ext b2_hand b2_pk b2_redis b3_ext b3_hand \
-            b4_ext b5_rows b5_p99_quiet b5_p99_purge b7_ext b7_redis b9_idempotent b9_redis_lock b1_hot_pct b1_preload b1_nopreload \
+            b4_ext b5_rows b5_p99_quiet b5_p99_purge b7_ext b7_redis b10_idempotent b10_redis_lock b1_hot_pct b1_preload b1_nopreload \
             b3_preload b3_nopreload b3_waits; do
     v=$(values "$name" | awk '{printf ($1 >= 100 ? "%s%.0f" : "%s%.2f"), (NR > 1 ? " " : ""), $1}')
     [ -n "$v" ] && printf '  %-13s %s\n' "$name" "$v"
 done
 }
+
+# --- B9 table ------------------------------------------------------------
+b9_row() { printf '| %-34s | %16s | %16s | %16s | %16s |\n' "$@"; }
+b9_field() { sed -n "s/.*$2=\([0-9]*\).*/\1/p" <<<"${B9_FAULT[$1]:-}"; }
+{
+echo
+echo "B9 — Express 5 POST /orders, pg pool 10, wrk -t$THREADS -c50 -d${DURATION}s, median of $RUNS runs;" \
+     "ratio = variant / clients/node (package) within each run, then median. A shared, loaded machine:" \
+     "load average $(cut -d' ' -f1-3 /proc/loadavg) at the end."
+echo
+b9_row "" "no idempotency" "express-idempotency" "@node-idempotency" "clients/node"
+b9_row --- --- --- --- ---
+cells=()
+for v in "${B9_VARIANTS[@]}"; do cells+=("$(fmt "$(med "b9_${v}_new")") ($(fmt "$(ratio "b9_${v}_new" b9_package_new)" 2)x)"); done
+b9_row "new keys, requests/s" "${cells[@]}"
+cells=()
+for v in "${B9_VARIANTS[@]}"; do cells+=("$(fmt "$(med "b9_${v}_storm")") ($(fmt "$(ratio "b9_${v}_storm" b9_package_storm)" 2)x)"); done
+b9_row "storm (5 copies), requests/s" "${cells[@]}"
+cells=()
+for v in "${B9_VARIANTS[@]}"; do cells+=("$(total "b9_${v}_storm_dup")"); done
+b9_row "storm: duplicate rows (all runs)" "${cells[@]}"
+cells=()
+for v in "${B9_VARIANTS[@]}"; do cells+=("$(b9_field "$v" duplicated) / $(b9_field "$v" unanswered) / $(b9_field "$v" stuck)"); done
+b9_row "kill -9: 2+ rows / no 2xx / 409" "${cells[@]}"
+echo
+r=$(ratio b9_package_new b9_node-idempotency_new)
+r2=$(ratio b9_package_new b9_express-idempotency_new)
+echo "clients/node against the faster Redis variant on new keys: $(fmt "$(awk -v a="$r" -v b="$r2" 'BEGIN {print (a < b ? a : b)}')" 2)x (target >= 1.0);" \
+     "storm polling duplicates (waitFor 10 s) against 409 at once: $(fmt "$(ratio b9_package-wait_storm b9_package_storm)" 2)x (target >= 0.8)."
+echo "kill -9: the app killed after 1000 answers of a 50-client storm, restarted, every key sent retried up to 5 times" \
+     "(Retry-After honoured, at most 2 s); keys sent: $(for v in "${B9_VARIANTS[@]}"; do printf '%s %s; ' "$v" "$(b9_field "$v" keys)"; done)"
+}
+# --- end of B9 table -------------------------------------------------------
 
 if [ ${#FAILED_ROWS[@]} -gt 0 ]; then
     say "rows that failed to run: ${FAILED_ROWS[*]}"

@@ -85,6 +85,25 @@ run_tap_suite() {
     rm -rf "$dir"
 }
 
+# pgbouncer_start DIR PORT "NAME = host=... dbname=..."...: a transaction-
+# pooling PgBouncer for those databases on a private loopback port, run as
+# the cluster's OS user from DIR, stopped with the cluster (or by
+# server_stop DIR/pgbouncer.pid).
+pgbouncer_start() {
+    local dir=$1 port=$2
+    shift 2
+    mkdir -p "$dir"
+    printf '%s\n' '[databases]' "$@" \
+        '[pgbouncer]' 'listen_addr = 127.0.0.1' "listen_port = $port" 'unix_socket_dir =' \
+        'auth_type = trust' "auth_file = $dir/users.txt" 'pool_mode = transaction' \
+        'max_client_conn = 200' 'default_pool_size = 10' \
+        "pidfile = $dir/pgbouncer.pid" "logfile = $dir/pgbouncer.log" >"$dir/pgbouncer.ini"
+    echo '"postgres" ""' >"$dir/users.txt"
+    [ "$(id -u)" -eq 0 ] && chown -R "$CLUSTER_OS_USER" "$dir"
+    SERVER_PIDFILES+=("$dir/pgbouncer.pid")
+    as_cluster_user pgbouncer -d "$dir/pgbouncer.ini" || { cat "$dir/pgbouncer.log" >&2; return 1; }
+}
+
 # The HTTP example (examples/http) driven for real, directly and through a
 # transaction-pooling PgBouncer that runs as the cluster's OS user on a
 # private loopback port; both stop when the suite ends.  Debian's python3,
@@ -95,20 +114,10 @@ run_http_suite() {
     createdb idempotency_http && psql -q -X -d idempotency_http -c 'CREATE EXTENSION idempotency' \
         || { failed=$((failed + 1)); return; }
     dir=$CLUSTER_DIR/pgbouncer
-    mkdir -p "$dir"
-    printf '%s\n' '[databases]' \
+    pgbouncer_start "$dir" "$bouncer" \
         "idempotency_http = host=$PGHOST port=$PGPORT dbname=idempotency_http user=postgres" \
         "idempotency_http_one = host=$PGHOST port=$PGPORT dbname=idempotency_http user=postgres pool_size=1" \
-        '[pgbouncer]' 'listen_addr = 127.0.0.1' "listen_port = $bouncer" 'unix_socket_dir =' \
-        'auth_type = trust' "auth_file = $dir/users.txt" 'pool_mode = transaction' \
-        'max_client_conn = 200' 'default_pool_size = 10' \
-        "pidfile = $dir/pgbouncer.pid" "logfile = $dir/pgbouncer.log" >"$dir/pgbouncer.ini"
-    echo '"postgres" ""' >"$dir/users.txt"
-    [ "$(id -u)" -eq 0 ] && chown -R "$CLUSTER_OS_USER" "$dir"
-    SERVER_PIDFILES+=("$dir/pgbouncer.pid")
-    if ! as_cluster_user pgbouncer -d "$dir/pgbouncer.ini"; then
-        failed=$((failed + 1)); cat "$dir/pgbouncer.log" >&2; return
-    fi
+        || { failed=$((failed + 1)); return; }
     /usr/bin/python3 test/http/orders_service_test.py \
         "host=$PGHOST port=$PGPORT dbname=idempotency_http user=postgres" \
         "host=127.0.0.1 port=$bouncer dbname=idempotency_http user=postgres" "$port" 2>&1 | tee "$log"
@@ -239,6 +248,61 @@ run_deb_suite() {
     as_root make -s PG_CONFIG="$PG_CONFIG" install >/dev/null || failed=$((failed + 1))
 }
 
+# --- client packages (clients/node, clients/python) -----------------------
+
+# clients_database DB PORT: a new database with the extension, and a
+# PgBouncer for it on PORT (its directory: $CLUSTER_DIR/pgbouncer-DB)
+clients_database() {
+    createdb "$1" && psql -q -X -d "$1" -c 'CREATE EXTENSION idempotency' \
+        && pgbouncer_start "$CLUSTER_DIR/pgbouncer-$1" "$2" "$1 = host=$PGHOST port=$PGPORT dbname=$1 user=postgres"
+}
+
+# clients/node: npm ci from the committed lockfile, then node --test against
+# the cluster directly and through PgBouncer; counts the runner's summary
+# ("# pass N", "# fail N").
+run_node_client_suite() {
+    local db=idempotency_node bouncer=${IDEM_NODE_PGBOUNCER_PORT:-16434} ok bad rc
+    say "clients/node (Express 5, Express 4, Fastify), directly and through PgBouncer"
+    command -v npm >/dev/null || ensure_packages nodejs npm || { failed=$((failed + 1)); return; }
+    (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
+        && clients_database "$db" "$bouncer" \
+        || { failed=$((failed + 1)); return; }
+    (cd clients/node && IDEM_TEST_DSN="postgresql://postgres@/$db?host=$PGHOST&port=$PGPORT" \
+        IDEM_TEST_POOLED_DSN="postgresql://postgres@127.0.0.1:$bouncer/$db" \
+        node --test test/*.test.js) 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    ok=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$log" | tail -n 1)
+    bad=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$log" | tail -n 1)
+    ok=${ok:-0}; bad=${bad:-0}
+    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
+    passed=$((passed + ok)); failed=$((failed + bad))
+    server_stop "$CLUSTER_DIR/pgbouncer-$db/pgbouncer.pid"
+}
+
+# clients/python: pytest (Debian's python3, which has the packages) of the
+# ASGI middleware under uvicorn and the Django middleware under gunicorn,
+# directly and through PgBouncer; counts pytest's last line.
+run_python_client_suite() {
+    local db=idempotency_python bouncer=${IDEM_PYTHON_PGBOUNCER_PORT:-16435} ok bad rc
+    say "clients/python (Starlette under uvicorn, Django under gunicorn), directly and through PgBouncer"
+    ensure_packages python3-psycopg python3-psycopg-pool python3-psycopg2 python3-starlette \
+        python3-uvicorn python3-django python3-gunicorn python3-pytest \
+        && clients_database "$db" "$bouncer" \
+        || { failed=$((failed + 1)); return; }
+    (cd clients/python && IDEM_TEST_DSN="host=$PGHOST port=$PGPORT dbname=$db user=postgres" \
+        IDEM_TEST_POOLED_DSN="host=127.0.0.1 port=$bouncer dbname=$db user=postgres" \
+        IDEM_TEST_HTTP_PORT=${IDEM_PYTHON_HTTP_PORT:-18090} \
+        /usr/bin/python3 -m pytest -p no:cacheprovider -q -rf tests) 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    ok=$(tail -n 1 "$log" | sed -n 's/.* \([0-9]*\) passed.*/\1/p; s/^\([0-9]*\) passed.*/\1/p' | head -n 1)
+    bad=$(tail -n 1 "$log" | grep -oE '[0-9]+ (failed|error)' | awk '{s += $1} END {print s + 0}')
+    ok=${ok:-0}
+    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
+    passed=$((passed + ok)); failed=$((failed + bad))
+    server_stop "$CLUSTER_DIR/pgbouncer-$db/pgbouncer.pid"
+}
+# --- end of client packages -----------------------------------------------
+
 run_regress_suite "pg_regress" regresscheck regression.diffs
 run_regress_suite "isolation specs" isolationcheck output_iso/regression.diffs
 # the same specs and expected outputs with the planned-SQL path: the direct
@@ -249,6 +313,8 @@ run_http_suite
 run_java_suite
 run_exporter_suite
 run_pgxn_suite
+run_node_client_suite
+run_python_client_suite
 run_pgtap_suite
 run_tap_suite
 # last: it restarts the cluster and swaps the installed files

@@ -22,6 +22,10 @@ Two modes (?mode=...):
                         to wait= seconds for the first request's response
                         (wait_for_outcome) instead of getting 409
 
+A reference without a library, on purpose: every call of the extension in
+plain sight.  Applications use clients/python (ASGI, Django) or clients/node
+(Express, Fastify), which make the same calls.
+
 Run: ORDERS_DSN='host=/path port=5432 dbname=shop' python3 orders_service.py 8080
 The database needs the extension and:
   CREATE TABLE orders (id bigserial PRIMARY KEY, idempotency_key text UNIQUE,

@@ -1,0 +1,79 @@
+// make bench, B9: the same Express 5 app, POST /orders (one business row,
+// 201), with one of four idempotency variants, each written as its README
+// shows:
+//   none                 no idempotency
+//   express-idempotency  express-idempotency + express-idempotency-redis-adapter
+//   node-idempotency     @node-idempotency/core + its Redis storage adapter,
+//                        glued into Express as the core's README shows
+//                        (@node-idempotency/express is not on the npm registry)
+//   package              this repository's clients/node (pg-idempotency-key),
+//                        prepare: true (the app connects directly);
+//                        package-wait: the same, duplicates polling up to 10 s
+// node app.js VARIANT PORT   (BENCH_DSN, BENCH_REDIS_URL); pg pool of 10.
+import express from 'express';
+import pg from 'pg';
+import { idempotency as expressIdempotency } from '../../clients/node/src/express.js';
+
+const [variant, port] = process.argv.slice(2);
+const pool = new pg.Pool({ connectionString: process.env.BENCH_DSN, max: 10 });
+const app = express();
+app.use(express.json());
+
+const INSERT = 'INSERT INTO bench_http_order (idempotency_key, sku, qty) VALUES ($1, $2, $3) RETURNING id';
+const orderBody = (id, body) => ({ order_id: id, sku: body.sku, qty: body.qty });
+
+if (variant === 'none' || variant === 'express-idempotency') {
+  let service = null;
+  if (variant === 'express-idempotency') {
+    const { idempotency, getSharedIdempotencyService } = await import('express-idempotency');
+    // a CommonJS module whose class is its "default" export
+    const RedisAdapter = (await import('express-idempotency-redis-adapter')).default.default;
+    const adapter = new RedisAdapter({ connectionConfig: { url: process.env.BENCH_REDIS_URL } });
+    await adapter.connect();
+    app.use(idempotency({ dataAdapter: adapter }));
+    service = getSharedIdempotencyService();
+  }
+  app.post('/orders', async (req, res) => {
+    if (service && service.isHit(req)) return;
+    const { rows } = await pool.query(INSERT, [req.get('idempotency-key') ?? null, req.body.sku, req.body.qty]);
+    res.status(201).json(orderBody(rows[0].id, req.body));
+  });
+} else if (variant === 'node-idempotency') {
+  const { Idempotency, IdempotencyErrorCodes: Codes } = await import('@node-idempotency/core');
+  const { RedisStorageAdapter } = await import('@node-idempotency/storage-adapter-redis');
+  const storage = new RedisStorageAdapter({ url: process.env.BENCH_REDIS_URL });
+  await storage.connect();
+  const idempotency = new Idempotency(storage, {});
+  const statusOf = {
+    [Codes.IDEMPOTENCY_KEY_MISSING]: 400,
+    [Codes.IDEMPOTENCY_KEY_LEN_EXEEDED]: 400,
+    [Codes.IDEMPOTENCY_FINGERPRINT_MISSMATCH]: 422,
+    [Codes.REQUEST_IN_PROGRESS]: 409,
+  };
+  app.post('/orders', async (req, res) => {
+    const request = { headers: req.headers, body: req.body, path: req.path, method: req.method };
+    try {
+      const cached = await idempotency.onRequest(request);
+      if (cached) return res.status(cached.additional.status).json(cached.body);
+    } catch (err) {
+      return res.status(statusOf[err.code] ?? 500).json({ error: err.code });
+    }
+    const { rows } = await pool.query(INSERT, [req.get('idempotency-key'), req.body.sku, req.body.qty]);
+    const body = orderBody(rows[0].id, req.body);
+    await idempotency.onResponse(request, { body, additional: { status: 201 } });
+    return res.status(201).json(body);
+  });
+} else if (variant === 'package' || variant === 'package-wait') {
+  // a direct connection: the claim and idem_finish as prepared statements
+  const idem = expressIdempotency({ pool, prepare: true, waitFor: variant === 'package-wait' ? 10000 : 0 });
+  app.post('/orders', idem, async (req, res) => {
+    const { rows } = await req.idempotency.client.query(INSERT, [req.idempotency.key, req.body.sku, req.body.qty]);
+    res.status(201).json(orderBody(rows[0].id, req.body));
+  });
+} else {
+  throw new Error(`unknown variant ${variant}`);
+}
+
+// a clean exit on SIGTERM (make bench stops the app so; --cpu-prof writes its profile)
+process.on('SIGTERM', () => process.exit(0));
+app.listen(Number(port), '127.0.0.1', () => console.log(`listening on ${port}`));

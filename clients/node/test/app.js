@@ -1,0 +1,149 @@
+// The application the tests drive, the same routes on Express 5, Express 4
+// and Fastify: POST /orders places one order row in the claim's
+// transaction. A request whose body has "gate": true waits, after its
+// insert, for the advisory lock the test holds (an in-flight request the
+// test controls, with no timing involved).
+import express5 from 'express';
+import express4 from 'express4';
+import Fastify from 'fastify';
+import { expressIdempotency, fastifyIdempotency } from '../src/index.js';
+
+export const GATE = 7401;
+
+async function placeOrder(db, key, body, tenant) {
+  const { rows } = await db.query(
+    'INSERT INTO orders (idempotency_key, tenant, sku) VALUES ($1, $2, $3) RETURNING id',
+    [key ?? null, tenant, body && body.sku != null ? String(body.sku) : null],
+  );
+  // after the write: a request held here has an uncommitted effect
+  if (body && body.gate) await db.query(`SELECT pg_advisory_xact_lock_shared(${GATE})`);
+  return rows[0].id;
+}
+
+// a real 40001 raised by the server, for the retry paths
+const SERIALIZATION_FAILURE = "DO $$ BEGIN RAISE EXCEPTION 'test conflict' USING ERRCODE = '40001'; END $$";
+
+const thrownOnce = new Set();
+const conflictedOnce = new Set();
+
+const tenantOf = (req) => req.headers['x-tenant'] ?? 'default';
+
+// Route handlers written once over a small request/response shape.
+const handlers = {
+  async order(idem, body, tenant, reply) {
+    const db = await idem.begin();
+    const id = await placeOrder(db, idem.key, body, tenant);
+    reply(201, { 'content-type': 'application/json', location: `/orders/${id}` },
+      JSON.stringify({ order_id: id, sku: body.sku ?? null, note: 'ü' }));
+  },
+  // fails after its insert the first time a key is seen (a transient fault)
+  async throwAfterInsert(idem, body, tenant, reply) {
+    const id = await placeOrder(await idem.begin(), idem.key, body, tenant);
+    if (!thrownOnce.has(idem.key)) {
+      thrownOnce.add(idem.key);
+      throw new Error('handler failed after its insert');
+    }
+    reply(201, { 'content-type': 'application/json' }, JSON.stringify({ order_id: id }));
+  },
+  async answer503(idem, body, tenant, reply) {
+    await placeOrder(await idem.begin(), idem.key, body, tenant);
+    reply(503, { 'content-type': 'application/json' }, '{"error":"downstream"}');
+  },
+  async answer404(idem, body, tenant, reply) {
+    await placeOrder(await idem.begin(), idem.key, body, tenant);
+    reply(404, { 'content-type': 'application/json' }, JSON.stringify({ missing: body.sku, n: Math.random() }));
+  },
+  // a serialization failure the first time a key is seen, or always
+  async conflict(idem, body, tenant, reply, query) {
+    const db = await idem.begin();
+    const id = await placeOrder(db, idem.key, body, tenant);
+    if (!conflictedOnce.has(idem.key) || query.always) {
+      conflictedOnce.add(idem.key);
+      await db.query(SERIALIZATION_FAILURE);
+    }
+    reply(201, { 'content-type': 'application/json' }, JSON.stringify({ order_id: id }));
+  },
+  async binary(idem, body, tenant, reply) {
+    await placeOrder(await idem.begin(), idem.key, {}, tenant);
+    reply(200, { 'content-type': 'application/octet-stream' },
+      Buffer.concat([Buffer.from([0, 255, 254, 1]), Buffer.from(body)]));
+  },
+  // leased: the fence, a checkpoint and a heartbeat before the "outside
+  // call", then the order with the outcome; ?unknown marks the outcome unknown
+  async leased(idem, body, tenant, reply, query) {
+    await idem.checkpoint('before-call');
+    await idem.extendLease(60000);
+    if (query.unknown) {
+      await idem.markUnknown({ reason: 'provider timed out' });
+      reply(504, { 'content-type': 'application/json' }, '{"error":"unknown"}');
+      return;
+    }
+    if (query.fail) throw new Error('the provider refused');
+    const db = await idem.begin();
+    const id = await placeOrder(db, idem.key, body, tenant);
+    reply(201, { 'content-type': 'application/json' },
+      JSON.stringify({ order_id: id, fence: idem.fence, recovery_point: idem.recoveryPoint }));
+  },
+};
+
+export const ROUTES = [
+  ['/orders', 'order', {}],
+  ['/orders/optional', 'order', { required: false }],
+  ['/orders/wait', 'order', { waitFor: 120000 }],
+  ['/orders/throw', 'throwAfterInsert', {}],
+  ['/orders/503', 'answer503', {}],
+  ['/orders/404', 'answer404', {}],
+  ['/orders/404-not-stored', 'answer404', { storeClientErrors: false }],
+  ['/orders/conflict', 'conflict', {}],
+  ['/orders/leased', 'leased', { lease: 30000 }],
+];
+
+export function buildExpress(version, options) {
+  const app = (version === 4 ? express4 : express5)();
+  app.use(express5.json());
+  app.use(express5.raw({ type: 'application/octet-stream' }));
+  for (const [path, name, routeOptions] of [...ROUTES, ['/binary', 'binary', {}]]) {
+    const middleware = expressIdempotency({ scope: tenantOf, ...options, ...routeOptions });
+    app.post(path, middleware, (req, res, next) => {
+      const reply = (status, headers, body) => res.status(status).set(headers).send(body);
+      // Express 4 does not catch rejected promises: pass them on
+      handlers[name](req.idempotency, req.body, tenantOf(req), reply, req.query).catch(next);
+    });
+  }
+  return app;
+}
+
+export function buildFastify(options) {
+  const app = Fastify();
+  app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer' }, (req, body, done) => done(null, body));
+  app.register(fastifyIdempotency, { scope: tenantOf, ...options });
+  app.register(async (scoped) => {
+    for (const [path, name, routeOptions] of [...ROUTES, ['/binary', 'binary', {}]]) {
+      scoped.post(path, { config: { idempotency: routeOptions } }, async (request, reply) => {
+        let sent;
+        await handlers[name](request.idempotency, request.body, tenantOf(request), (status, headers, body) => {
+          sent = reply.code(status).headers(headers).send(body);
+        }, request.query);
+        return sent;
+      });
+    }
+  });
+  return app;
+}
+
+// -> the base URL of the app listening on a free loopback port, and close()
+export async function listen(framework, options) {
+  if (framework === 'fastify') {
+    const app = buildFastify(options);
+    const url = await app.listen({ port: 0, host: '127.0.0.1' });
+    return { url, close: () => app.close() };
+  }
+  const app = buildExpress(framework === 'express4' ? 4 : 5, options);
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    close: () => new Promise((resolve) => { server.closeAllConnections(); server.close(resolve); }),
+  };
+}

@@ -1,0 +1,91 @@
+// Shared by the test files: the databases (IDEM_TEST_DSN, direct;
+// IDEM_TEST_POOLED_DSN, through PgBouncer in transaction pooling), raw HTTP
+// requests, and polling of the database for a condition.
+import http from 'node:http';
+import pg from 'pg';
+
+export const DIRECT = process.env.IDEM_TEST_DSN;
+export const POOLED = process.env.IDEM_TEST_POOLED_DSN;
+if (!DIRECT) throw new Error('set IDEM_TEST_DSN (scripts/test.sh does)');
+
+// the targets every behaviour is checked on
+// [name, DSN, middleware options]; prepared statements only on a direct
+// connection (a transaction-pooling PgBouncer cannot keep them)
+export const TARGETS = [
+  ['direct', DIRECT, {}],
+  ['direct, prepared statements', DIRECT, { prepare: true }],
+  ...(POOLED ? [['pgbouncer', POOLED, {}]] : []),
+];
+export const FRAMEWORKS = ['express5', 'express4', 'fastify'];
+
+export async function setupDatabase() {
+  const c = new pg.Client(DIRECT);
+  await c.connect();
+  await c.query(`CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY,
+                 idempotency_key text, tenant text, sku text)`);
+  await c.end();
+}
+
+export async function sql(text, params) {
+  const c = new pg.Client(DIRECT);
+  await c.connect();
+  try {
+    return (await c.query(text, params)).rows;
+  } finally {
+    await c.end();
+  }
+}
+
+// -> {status, headers, body (Buffer)}
+export function post(url, path, { key, body = {}, tenant, type = 'application/json' } = {}) {
+  const data = Buffer.isBuffer(body) ? body : Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
+  const headers = { 'content-type': type, 'content-length': data.length };
+  if (key !== undefined) headers['idempotency-key'] = key;
+  if (tenant !== undefined) headers['x-tenant'] = tenant;
+  return new Promise((resolve, reject) => {
+    const req = http.request(`${url}${path}`, { method: 'POST', headers, agent: false }, (res) => {
+      const chunks = [];
+      res.on('data', (c) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end(data);
+  });
+}
+
+export const json = (answer) => JSON.parse(answer.body.toString());
+
+// polls the database (no timing assumption) until sql returns true
+export async function until(text, params) {
+  for (let i = 0; i < 2400; i++) {
+    const [row] = await sql(text, params);
+    if (Object.values(row)[0]) return;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error(`never true: ${text}`);
+}
+
+// The gate: held by the test on a session of its own; a request with
+// {"gate": true} waits for it inside its transaction.
+export async function holdGate(gate) {
+  const c = new pg.Client(DIRECT);
+  await c.connect();
+  await c.query('SELECT pg_advisory_lock($1)', [gate]);
+  return { release: () => c.end() };
+}
+
+export const waitersAtGate = (gate, n) => until(
+  "SELECT count(*) >= $2 FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND NOT granted",
+  [gate, n],
+);
+
+export const ordersOf = async (keys) => Object.fromEntries((await sql(
+  'SELECT idempotency_key, count(*)::int AS n FROM orders WHERE idempotency_key = ANY($1) GROUP BY 1', [keys],
+)).map((r) => [r.idempotency_key, r.n]));
+
+export const uniqueKey = (() => {
+  let n = 0;
+  const run = `${process.pid}-${Date.now()}`;
+  return (label) => `${label}-${run}-${++n}`;
+})();

@@ -1,0 +1,104 @@
+"""Views written as a Django developer would: ORM writes, with no
+transaction handling of their own; the middleware's transaction holds them."""
+import json
+import os
+
+from django.db import connection
+from django.http import HttpResponse
+from django.views.decorators.http import require_POST
+
+from .models import Order
+
+GATE = 7401
+thrown_once = set()
+conflicted_once = set()
+
+
+def tenant_of(request):
+    return request.headers.get("X-Tenant", "default")
+
+
+def place_order(request, body):
+    order = Order.objects.create(idempotency_key=request.idempotency.key, tenant=tenant_of(request),
+                                 sku=None if body.get("sku") is None else str(body.get("sku")))
+    if body.get("gate"):
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock_shared(%s)", [GATE])
+    return order.id
+
+
+def as_json(data, status, **headers):
+    response = HttpResponse(json.dumps(data), status=status, content_type="application/json")
+    for name, value in headers.items():
+        response[name] = value
+    return response
+
+
+def body_of(request):
+    return json.loads(request.body or b"{}")
+
+
+@require_POST
+def order(request):
+    body = body_of(request)
+    order_id = place_order(request, body)
+    return as_json({"order_id": order_id, "sku": body.get("sku"), "note": "ü"}, 201, Location=f"/orders/{order_id}")
+
+
+@require_POST
+def throw_after_insert(request):
+    order_id = place_order(request, body_of(request))
+    if request.idempotency.key not in thrown_once:
+        thrown_once.add(request.idempotency.key)
+        raise RuntimeError("handler failed after its insert")
+    return as_json({"order_id": order_id}, 201)
+
+
+@require_POST
+def answer_503(request):
+    place_order(request, body_of(request))
+    return as_json({"error": "downstream"}, 503)
+
+
+@require_POST
+def answer_404(request):
+    body = body_of(request)
+    place_order(request, body)
+    return as_json({"missing": body.get("sku"), "n": os.urandom(8).hex()}, 404)
+
+
+@require_POST
+def conflict(request):
+    order_id = place_order(request, body_of(request))
+    if request.idempotency.key not in conflicted_once or request.GET.get("always"):
+        conflicted_once.add(request.idempotency.key)
+        with connection.cursor() as cur:
+            cur.execute("DO $$ BEGIN RAISE EXCEPTION 'test conflict' USING ERRCODE = '40001'; END $$")
+    return as_json({"order_id": order_id}, 201)
+
+
+@require_POST
+def binary(request):
+    place_order(request, {})
+    return HttpResponse(bytes([0, 255, 254, 1]) + request.body, status=200, content_type="application/octet-stream")
+
+
+@require_POST
+def leased(request):
+    idem = request.idempotency
+    idem.checkpoint("before-call")
+    idem.extend_lease(60)
+    if request.GET.get("unknown"):
+        idem.mark_unknown({"reason": "provider timed out"})
+        return as_json({"error": "unknown"}, 504)
+    if request.GET.get("fail"):
+        raise RuntimeError("the provider refused")
+    order_id = place_order(request, body_of(request))
+    return as_json({"order_id": order_id, "fence": idem.fence, "recovery_point": idem.recovery_point}, 201)
+
+
+ROUTES = {
+    "/orders": order, "/orders/optional": order, "/orders/wait": order, "/orders/throw": throw_after_insert,
+    "/orders/503": answer_503, "/orders/404": answer_404, "/orders/404-not-stored": answer_404,
+    "/orders/conflict": conflict, "/orders/leased": leased, "/binary": binary,
+}

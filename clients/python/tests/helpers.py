@@ -1,0 +1,122 @@
+"""Shared by the tests: the databases (IDEM_TEST_DSN, direct;
+IDEM_TEST_POOLED_DSN, through PgBouncer in transaction pooling), raw HTTP
+requests, polling of the database for a condition, and the gate (an
+advisory lock the test holds; a request with {"gate": true} waits for it)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import psycopg
+
+DIRECT = os.environ["IDEM_TEST_DSN"]
+POOLED = os.environ.get("IDEM_TEST_POOLED_DSN")
+TARGETS = [("direct", DIRECT)] + ([("pgbouncer", POOLED)] if POOLED else [])
+GATE = 7401
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def sql(text, params=()):
+    with psycopg.connect(DIRECT, autocommit=True) as conn:
+        cur = conn.execute(text, params)
+        return cur.fetchall() if cur.description else None
+
+
+def setup_database():
+    sql("CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, idempotency_key text, tenant text, sku text)")
+
+
+def post(url, path, key=None, body=None, tenant=None, content_type="application/json"):
+    """-> (status, headers with lower-case names, body bytes)"""
+    data = body if isinstance(body, bytes) else json.dumps(body if body is not None else {}).encode()
+    req = urllib.request.Request(url + path, data=data, method="POST", headers={"Content-Type": content_type})
+    if key is not None:
+        req.add_header("Idempotency-Key", key)
+    if tenant is not None:
+        req.add_header("X-Tenant", tenant)
+    try:
+        with urllib.request.urlopen(req, timeout=300) as r:
+            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+
+
+def until(text, params=()):
+    """poll the database (no timing assumption) until text returns true"""
+    for _ in range(2400):
+        if sql(text, params)[0][0]:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"never true: {text}")
+
+
+class Gate:
+    def __enter__(self):
+        self.conn = psycopg.connect(DIRECT, autocommit=True)
+        self.conn.execute("SELECT pg_advisory_lock(%s)", [GATE])
+        return self
+
+    def __exit__(self, *exc):
+        self.conn.close()
+
+
+def waiters_at_gate(n):
+    until("SELECT count(*) >= %s FROM pg_locks WHERE locktype = 'advisory' AND objid = %s AND NOT granted", [n, GATE])
+
+
+def orders_of(keys):
+    return dict(sql("SELECT idempotency_key, count(*) FROM orders WHERE idempotency_key = ANY(%s) GROUP BY 1",
+                    [list(keys)]))
+
+
+def record(key):
+    rows = sql("SELECT status::text, fence, recovery_point FROM idempotent_record WHERE key = %s", [key])
+    return rows[0] if rows else None
+
+
+_n = [0]
+RUN = f"{os.getpid()}-{int(time.time() * 1000)}"
+
+
+def unique_key(label):
+    _n[0] += 1
+    return f"{label}-{RUN}-{_n[0]}"
+
+
+FRAMEWORKS = ["asgi", "django"]
+
+
+def start_app(framework, dsn, port, pool=4):
+    """the test application in a server process of its own -> (process, URL):
+    asgi_app under uvicorn, or django_orders under gunicorn (threads: Django's
+    runserver refuses connections beyond a backlog of 10)"""
+    env = dict(os.environ, IDEM_APP_DSN=dsn, IDEM_APP_POOL=str(pool),
+               DJANGO_SETTINGS_MODULE="django_orders.settings",
+               PYTHONPATH=os.pathsep.join([HERE, os.path.join(HERE, "..", "src")]))
+    if framework == "asgi":
+        command = ["-m", "uvicorn", "asgi_app:app", "--host", "127.0.0.1", "--port", str(port), "--log-level", "error"]
+    else:
+        command = ["-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "32",
+                   "--log-level", "error", "django_orders.wsgi"]
+    # a session of its own: kill -9 reaches gunicorn's worker too
+    proc = subprocess.Popen([sys.executable, *command], env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):  # until it answers (a 404 for GET /)
+        try:
+            urllib.request.urlopen(url + "/", timeout=5)
+        except urllib.error.HTTPError:
+            return proc, url
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the {framework} server exited")
+            time.sleep(0.1)
+    raise RuntimeError(f"the {framework} server did not start")
+
+
+def stop_app(proc, sig=signal.SIGTERM):
+    os.killpg(proc.pid, sig)
+    proc.wait()
