@@ -16,9 +16,11 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 #include "args.h"
+#include "citus.h"
 #include "idempotency.h"
 #include "outcome_wait.h"
 #include "record_store.h"
@@ -429,6 +431,23 @@ claim_answer_or_sleep(FunctionCallInfo fcinfo, const IdemKey *id,
  *	  transaction or standby, 57014 canceled while waiting; 40001 and 40P01
  *	  come from the unique index as for INSERT ... ON CONFLICT.
  */
+/*
+ * On a Citus table the outcome may be recorded through another node, whose
+ * commit wakes only the waiters of that node: a waiter reads its record
+ * again at least this often.
+ */
+#define CITUS_WAIT_RECHECK_MS 100
+
+/* The end of one sleep of a waiter that waits until until */
+static TimestampTz
+wait_round_end(TimestampTz until, bool citus)
+{
+	if (!citus)
+		return until;
+	return Min(until, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												  CITUS_WAIT_RECHECK_MS));
+}
+
 PG_FUNCTION_INFO_V1(idem_claim);
 Datum
 idem_claim(PG_FUNCTION_ARGS)
@@ -465,6 +484,9 @@ idem_claim(PG_FUNCTION_ARGS)
 	else
 	{
 		/* woken by a commit of an outcome, at the lease's end, or the bound */
+		bool		citus = idem_citus_table(get_relname_relid("idempotent_record",
+															   get_func_namespace(fcinfo->flinfo->fn_oid)));
+
 		for (;;)
 		{
 			uint64		generation = idem_outcome_wait_generation(&id);
@@ -472,7 +494,8 @@ idem_claim(PG_FUNCTION_ARGS)
 			if (!claim_answer_or_sleep(fcinfo, &id, fingerprint, &loop, &a,
 									   wait_end))
 				break;
-			idem_outcome_wait_sleep(&id, generation, Min(wait_end, a.lease_end));
+			idem_outcome_wait_sleep(&id, generation,
+									wait_round_end(Min(wait_end, a.lease_end), citus));
 		}
 	}
 	idem_count(a.outcome == OUTCOME_CLAIMED ? IDEM_COUNT_CLAIMS :
