@@ -489,12 +489,9 @@ BEGIN;
 SELECT idem_claim('guarded-del', scope => '$scope');
 INSERT INTO orders (tenant, id) VALUES ('$scope', 99);
 COMMIT;});
-		like($err, qr/IK004/, "delegated mode from $from: a commit without an outcome is refused, IK004 in what the client sees");
-		TODO:
-		{
-			local $TODO = 'a claim Citus ran on another node is refused there; the client gets XX000 (docs/citus.md, Limits)';
-			like($err, qr/ERROR:  IK004/, "delegated mode from $from: ... as the error's SQLSTATE");
-		}
+		like($err, qr/ERROR:  IK004: cannot commit a transaction with an unfinished idempotency claim/,
+			"delegated mode from $from, shard on " . ($scope eq $w1[3] ? 'worker 1' : 'worker 2')
+			  . ': a commit without an outcome raises IK004');
 		is($coordinator->safe_psql('postgres', qq{
 SELECT (SELECT count(*) FROM orders WHERE tenant = '$scope' AND id = 99)
      + (SELECT count(*) FROM idempotent_record WHERE scope = '$scope' AND key = 'guarded-del')}),
