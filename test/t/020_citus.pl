@@ -70,6 +70,14 @@ sub sql_error
 	return $rc == 0 ? "no error" : $err;
 }
 
+# output of a statement, or its error: a test that compares it fails,
+# rather than dies, when the statement fails
+sub answer
+{
+	my ($rc, $out, $err) = psql_verbose(@_);
+	return $rc == 0 ? $out : $err;
+}
+
 # A session whose next statement may wait: send it, then collect it
 sub send_query
 {
@@ -462,7 +470,7 @@ foreach my $r (@runs)
 		{
 			my ($role, $set) = @$who;
 			$n++;
-			is($client->safe_psql('postgres', qq{
+			is(answer($client, qq{
 SET ROLE $role;
 BEGIN;
 $set
@@ -470,7 +478,10 @@ SELECT outcome FROM idem_claim('del-$n', scope => '$scope');
 INSERT INTO orders (tenant, id) VALUES ('$scope', $n);
 SELECT idem_finish('del-$n', '{"n": $n}', scope => '$scope');
 COMMIT;
-SELECT outcome || ' ' || (result ->> 'n') FROM idem_claim('del-$n', scope => '$scope');}),
+BEGIN;
+$set
+SELECT outcome || ' ' || (result ->> 'n') FROM idem_claim('del-$n', scope => '$scope');
+COMMIT;}),
 				"claimed\n\nreplay $n",
 				"delegated mode, $role from $from, shard on $held: claim, business row and outcome commit together, then replay");
 		}
@@ -514,9 +525,9 @@ my $all_pending = $coordinator->safe_psql('postgres', $pending);
 like($all_pending, qr/recon-4/, 'idem_pending lists the unknown outcomes');
 foreach my $node (@nodes)
 {
-	is($node->safe_psql('postgres', "SET ROLE maint; $pending"), $all_pending,
+	is(answer($node, "SET ROLE maint; $pending"), $all_pending,
 		'idem_pending as maint on ' . $node->name . ' equals the superuser view');
-	is($node->safe_psql('postgres', 'SET ROLE maint; SELECT idem_purge(10) >= 0'), 't',
+	is(answer($node, 'SET ROLE maint; SELECT idem_purge(10) >= 0'), 't',
 		'maint may purge on ' . $node->name);
 }
 
