@@ -53,8 +53,12 @@ sub citus_node
 	my $node = PostgreSQL::Test::Cluster->new($name);
 	$node->init;
 	$node->append_conf('postgresql.conf', $doc_conf);
-	# no autovacuum: an emptied shell table must keep its size (see below)
+	# no autovacuum: an emptied shell table must keep its size (see below);
+	# the server's defaults for logical replication (shard moves), which
+	# PostgreSQL::Test::Cluster sets to 0
 	$node->append_conf('postgresql.conf', qq{
+max_wal_senders = 10
+max_replication_slots = 10
 shared_preload_libraries = '$preload'
 listen_addresses = '127.0.0.1'
 max_prepared_transactions = 20
