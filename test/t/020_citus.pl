@@ -9,9 +9,8 @@
 # records), idem_once, tokens, idem_pending's order, idem_transition on a
 # (tenant, id) key, the guards, wait_for_outcome woken across nodes,
 # delegated mode (grants written before and after the recipe, {setting}
-# grants, idem_pending as the maintenance role from every node), a
-# shard-group move under claims, and that no record or token ever lands in
-# the local (shell) table of any node.  Also: the server refuses to start
+# grants, idem_pending as the maintenance role from every node), and that
+# no record or token ever lands in the local (shell) table of any node.  Also: the server refuses to start
 # with idempotency preloaded before citus.
 #
 # Runs only where Citus is installed into the server under test; skipped
@@ -540,52 +539,6 @@ foreach my $node (@nodes)
 {
 	like(sql_error($node, "SET ROLE regress_after; SELECT idem_lookup('del-101', '$w2[3]')"),
 		qr/42501/, 'a grant removed on the coordinator is refused on ' . $node->name . ' at once');
-}
-
-# A shard-group move while claims run on the moving tenant: one order per
-# succeeded key, each with its outcome
-{
-	my $scope = $w1[0];
-	my $shard = $coordinator->safe_psql('postgres',
-		"SELECT get_shard_id_for_distribution_column('idempotent_record', '$scope')");
-	my $script = "$PostgreSQL::Test::Utils::tmp_check/move.pgbench";
-	PostgreSQL::Test::Utils::append_to_file($script, qq{\\set k random(1000000, 1000000000000000)
-BEGIN;
-SELECT outcome FROM idem_claim('mv-' || :k, scope => '$scope');
-INSERT INTO orders (tenant, id) VALUES ('$scope', :k);
-SELECT idem_finish('mv-' || :k, jsonb_build_object('id', :k), scope => '$scope');
-COMMIT;
-});
-	my @bench;
-	foreach my $node ($workers[1], $coordinator)
-	{
-		my ($out, $err) = ('', '');
-		my $h = IPC::Run::start(
-			[ 'pgbench', '-n', '-c', '2', '-t', '300', '-f', $script, '-d', $node->connstr('postgres') ],
-			'>', \$out, '2>', \$err);
-		push @bench, [ $h, \$out, \$err ];
-	}
-	$coordinator->safe_psql('postgres', "SELECT citus_move_shard_placement($shard, '127.0.0.1', "
-		  . $workers[0]->port . ", '127.0.0.1', " . $workers[1]->port . ')');
-	foreach my $b (@bench)
-	{
-		$b->[0]->finish;
-		is($b->[0]->result, 0, 'pgbench of claims during the move: no client error')
-		  or diag ${ $b->[2] };
-	}
-	is(shard_port($coordinator, $scope), $workers[1]->port, 'the tenant\'s shard moved to worker 2');
-	is($coordinator->safe_psql('postgres', qq{
-SELECT count(*) FROM idempotent_record WHERE scope = '$scope' AND key LIKE 'mv-%' AND status = 'succeeded'}),
-		'1200', 'every claim of the load succeeded');
-	is($coordinator->safe_psql('postgres', qq{
-SELECT count(*) FROM idempotent_record r
- WHERE scope = '$scope' AND key LIKE 'mv-%'
-   AND (status <> 'succeeded' OR key <> 'mv-' || (result ->> 'id')
-        OR (SELECT count(*) FROM orders o WHERE o.tenant = '$scope' AND o.id = (r.result ->> 'id')::bigint) <> 1)}),
-		'0', 'one order per succeeded key, with its outcome');
-	is($coordinator->safe_psql('postgres', "SELECT count(*) FROM orders WHERE tenant = '$scope' AND id > 100000"),
-		$coordinator->safe_psql('postgres', "SELECT count(*) FROM idempotent_record WHERE scope = '$scope' AND key LIKE 'mv-%'"),
-		'no order without its record');
 }
 
 # nothing in any shell table
