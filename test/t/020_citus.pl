@@ -203,13 +203,15 @@ SELECT outcome || ' ' || result::text FROM idem_claim('ord-1', scope => '$s', fi
 
 	# leases, fencing, takeover with the recovery point
 	is($client->safe_psql('postgres',
-			"SELECT outcome || ' ' || fence FROM idem_claim('pay-1', scope => '$s', lease => '1 second')"),
+			"SELECT outcome || ' ' || fence FROM idem_claim('pay-1', scope => '$s', lease => '5 seconds')"),
 		'claimed 1', "$label: a leased claim");
 	$client->safe_psql('postgres', "SELECT idem_checkpoint('pay-1', 'charged', scope => '$s', fence => 1)");
 	is($client->safe_psql('postgres',
 			"SELECT outcome FROM idem_claim('pay-1', scope => '$s', lease => '30 seconds')"),
 		'in_progress', "$label: a duplicate during the lease is in_progress");
-	$client->safe_psql('postgres', 'SELECT pg_sleep(1.2)');
+	$client->poll_query_until('postgres',
+		"SELECT locked_until < clock_timestamp() FROM idempotent_record WHERE scope = '$s' AND key = 'pay-1'")
+	  or die 'the lease of pay-1 did not end';
 	is($client->safe_psql('postgres',
 			"SELECT outcome || ' ' || fence || ' ' || recovery_point FROM idem_claim('pay-1', scope => '$s', lease => '30 seconds')"),
 		'claimed 2 charged', "$label: after the lease, a takeover with fence 2 and the recovery point");
