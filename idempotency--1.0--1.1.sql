@@ -91,8 +91,10 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 -- Least privilege: scope grants for roles without table privileges
 -------------------------------------------------------------------------------
 
+-- grantee is a role name, not a regrole: on Citus each node gives a role
+-- an OID of its own, and the table is replicated to every node
 CREATE TABLE @extschema@.idem_scope_grant (
-    grantee regrole NOT NULL,
+    grantee name    NOT NULL,
     pattern text    NOT NULL CHECK (pattern OPERATOR(pg_catalog.<>) ''),
     PRIMARY KEY (grantee, pattern)
 );

@@ -12,6 +12,7 @@
 
 extern bool idem_citus_table(Oid relid);
 extern void idem_check_preload_order(void);
+extern void idem_citus_commit_init(void);
 extern int64 idem_purge_by_scope(SavedPlans *set, int scopes_plan,
 								 int scope_plan, Oid namespace,
 								 TimestampTz now, int32 batch_size);

@@ -16,9 +16,11 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 #include "args.h"
+#include "citus.h"
 #include "idempotency.h"
 #include "message_text.h"
 #include "outcome_wait.h"
@@ -408,6 +410,23 @@ claim_answer_or_sleep(FunctionCallInfo fcinfo, const IdemKey *id,
 }
 
 /*
+ * On a Citus table the outcome may be recorded through another node, whose
+ * commit wakes only the waiters of that node: a waiter reads its record
+ * again at least this often.
+ */
+#define CITUS_WAIT_RECHECK_MS 100
+
+/* The end of one sleep of a waiter that waits until until */
+static TimestampTz
+wait_round_end(TimestampTz until, bool citus)
+{
+	if (!citus)
+		return until;
+	return Min(until, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												  CITUS_WAIT_RECHECK_MS));
+}
+
+/*
  * The answers of a claim with wait_for_outcome, which started at start,
  * sleeping between them: woken by a commit of an outcome, at the lease's
  * end, or the bound (start + wait_for_outcome).  A claim that slept is one
@@ -421,6 +440,8 @@ claim_waiting_for_outcome(FunctionCallInfo fcinfo, const IdemKey *id,
 						  TimestampTz start, TimestampTz wait_end)
 {
 	volatile bool slept = false;
+	bool		citus = idem_citus_table(get_relname_relid("idempotent_record",
+														   get_func_namespace(fcinfo->flinfo->fn_oid)));
 
 	PG_TRY();
 	{
@@ -432,7 +453,8 @@ claim_waiting_for_outcome(FunctionCallInfo fcinfo, const IdemKey *id,
 									   wait_end))
 				break;
 			slept = true;
-			idem_outcome_wait_sleep(id, generation, Min(wait_end, a->lease_end));
+			idem_outcome_wait_sleep(id, generation,
+									wait_round_end(Min(wait_end, a->lease_end), citus));
 		}
 	}
 	PG_CATCH();

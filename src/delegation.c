@@ -19,8 +19,11 @@
  * Code attached earlier is refused there all the same (attached_code.c):
  * privileges can be revoked after a trigger was made.
  *
- * A grant names a role (it applies to its members, as table privileges
- * do) and a pattern: an exact scope, a prefix ('tenant_a:*'), '*' for
+ * A grant names a role by its name (it applies to its members, as table
+ * privileges do): a name means the same role on every node of a Citus
+ * cluster, where each node gives the role an OID of its own.  The name is
+ * resolved when a grant is matched, so a role created or renamed later is
+ * seen at once.  The pattern is an exact scope, a prefix ('tenant_a:*'), '*' for
  * every scope, or '{setting}', the scope named by a setting that was set
  * for the current transaction only (SET LOCAL, set_config(..., true)): a
  * session-level SET would outlive the request, through a transaction
@@ -59,7 +62,7 @@
 
 typedef struct ScopeGrant
 {
-	Oid			grantee;
+	char	   *grantee;		/* a role name */
 	char	   *pattern;
 } ScopeGrant;
 
@@ -129,7 +132,7 @@ load_grants(Oid namespace)
 	grants_table = relid;
 	grants_valid = true;		/* an invalidation while reading clears it */
 
-	sql = psprintf("SELECT grantee::pg_catalog.oid, pattern FROM ONLY %s.idem_scope_grant",
+	sql = psprintf("SELECT grantee, pattern FROM ONLY %s.idem_scope_grant",
 				   quote_identifier(get_namespace_name(namespace)));
 	idem_become_table_owner(relid, &save_user, &save_sec);
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -142,10 +145,8 @@ load_grants(Oid namespace)
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		ScopeGrant *g = palloc(sizeof(ScopeGrant));
-		bool		isnull;
 
-		g->grantee = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
-													SPI_tuptable->tupdesc, 1, &isnull));
+		g->grantee = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
 		g->pattern = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
 		grants = lappend(grants, g);
 	}
@@ -187,6 +188,18 @@ pattern_matches(const char *pattern, const char *scope)
 	return strcmp(pattern, scope) == 0;
 }
 
+/*
+ * Does grant g apply to role: is it to role, or to a role whose privileges
+ * role has?  A name that no role of this node has applies to nobody.
+ */
+static bool
+grant_applies_to(const ScopeGrant *g, Oid role)
+{
+	Oid			grantee = get_role_oid(g->grantee, true);
+
+	return OidIsValid(grantee) && has_privs_of_role(role, grantee);
+}
+
 /* Does a grant to role, or to a role whose privileges it has, match scope? */
 bool
 idem_scope_is_permitted(Oid role, Oid namespace, const char *scope)
@@ -199,7 +212,7 @@ idem_scope_is_permitted(Oid role, Oid namespace, const char *scope)
 	{
 		ScopeGrant *g = lfirst(lc);
 
-		if (has_privs_of_role(role, g->grantee) && pattern_matches(g->pattern, scope))
+		if (grant_applies_to(g, role) && pattern_matches(g->pattern, scope))
 			return true;
 	}
 	return false;

@@ -75,4 +75,5 @@ _PG_init(void)
 	idem_store_register_callbacks();	/* nested store brackets, table lookup */
 	idem_stats_init();			/* shared counters, when preloaded */
 	idem_outcome_wait_init();	/* wakeups of wait_for_outcome, when preloaded */
+	idem_citus_commit_init();	/* IK004 refused on another Citus node */
 }

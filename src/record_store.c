@@ -185,13 +185,19 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 	 * walk the expires_at index instead of scanning past live records),
 	 * named by primary key.  SKIP LOCKED: a record that a claim is
 	 * reclaiming right now is left to it, and purge never waits for a
-	 * claim; the DELETE only meets the rows its sub-select has locked (and
-	 * found expired, in their newest version).
+	 * claim; the DELETE only meets the rows the batch has locked (and
+	 * found expired, in their newest version).  The batch is a
+	 * MATERIALIZED CTE, run once whatever the plan: as a sub-select of the
+	 * DELETE it could be rescanned (a nested loop), each rescan skipping
+	 * the rows already deleted, so that the LIMIT no longer bounded the
+	 * batch.
 	 */
 	[PLAN_PURGE] = {
-		"DELETE FROM ONLY %1$s WHERE (scope, key)" EQ "ANY ("
+		"WITH batch AS MATERIALIZED ("
 		"SELECT scope, key FROM ONLY %1$s WHERE" EXPIRED("$1")
-		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
+		" DELETE FROM ONLY %1$s AS r USING batch"
+		" WHERE r.scope" EQ "batch.scope AND r.key" EQ "batch.key",
 		2, {TIMESTAMPTZOID, INT4OID}
 	},
 	/* wait => false, before a reclaim or takeover: 55P03 if anyone holds it */
@@ -213,9 +219,11 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 		2, {TIMESTAMPTZOID, INT4OID}
 	},
 	[PLAN_PURGE_SCOPE] = {
-		"DELETE FROM ONLY %1$s WHERE scope" EQ "$3 AND key" EQ "ANY ("
+		"WITH batch AS MATERIALIZED ("
 		"SELECT key FROM ONLY %1$s WHERE scope" EQ "$3 AND" EXPIRED("$1")
-		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
+		" DELETE FROM ONLY %1$s AS r USING batch"
+		" WHERE r.scope" EQ "$3 AND r.key" EQ "batch.key",
 		3, {TIMESTAMPTZOID, INT4OID, TEXTOID}
 	},
 

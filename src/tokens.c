@@ -63,13 +63,15 @@ static const SavedPlanDef token_plan_defs[NUM_TOKEN_PLANS] = {
 	},
 
 	/*
-	 * expired tokens, consumed or not, named by primary key; SKIP LOCKED as
-	 * for records (record_store.c)
+	 * expired tokens, consumed or not, named by primary key; SKIP LOCKED
+	 * and a batch run once as for records (record_store.c)
 	 */
 	[TOKEN_PLAN_PURGE] = {
-		"DELETE FROM ONLY %1$s WHERE (scope, token)" EQ "ANY ("
+		"WITH batch AS MATERIALIZED ("
 		"SELECT scope, token FROM ONLY %1$s WHERE expires_at" LE "$1"
-		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
+		" DELETE FROM ONLY %1$s AS t USING batch"
+		" WHERE t.scope" EQ "batch.scope AND t.token" EQ "batch.token",
 		2, {TIMESTAMPTZOID, INT4OID}
 	},
 	/* ... on a Citus table, scope by scope (idem_purge_by_scope) */
@@ -79,9 +81,11 @@ static const SavedPlanDef token_plan_defs[NUM_TOKEN_PLANS] = {
 		2, {TIMESTAMPTZOID, INT4OID}
 	},
 	[TOKEN_PLAN_PURGE_SCOPE] = {
-		"DELETE FROM ONLY %1$s WHERE scope" EQ "$3 AND token" EQ "ANY ("
+		"WITH batch AS MATERIALIZED ("
 		"SELECT token FROM ONLY %1$s WHERE scope" EQ "$3 AND expires_at" LE "$1"
-		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
+		" DELETE FROM ONLY %1$s AS t USING batch"
+		" WHERE t.scope" EQ "$3 AND t.token" EQ "batch.token",
 		3, {TIMESTAMPTZOID, INT4OID, TEXTOID}
 	},
 };

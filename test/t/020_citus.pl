@@ -1,13 +1,17 @@
-# The extension on Citus, with default settings: idempotent_record and
-# idempotency_token distributed by scope and co-located with a tenant
-# table, first on a single node whose coordinator holds the shards, then on
-# a coordinator plus one worker (Citus MX) with the client connected to the
-# worker.  Covers the ten-line example, duplicates (waiting, wait => false,
-# across nodes), leases, fencing and takeover, the commit guard, purge,
-# idem_once, tokens, idem_pending's order, idem_transition on a (scope, id)
-# key, the guards, and that no record or token ever lands in the local
-# (shell) table of any node.  Also: the server refuses to start with
-# idempotency preloaded before citus.
+# The extension on Citus, with default settings (default
+# citus.shard_count): idempotent_record and idempotency_token distributed
+# by scope and co-located with a tenant table, first on a single node whose
+# coordinator holds the shards, then on a coordinator plus two workers
+# (Citus MX) set up by the marked blocks of docs/citus.md run as printed,
+# with clients on every node.  Covers the ten-line example, duplicates
+# (waiting, wait => false, across nodes), leases, fencing and takeover,
+# the commit guard, purge (its batch bound in a scope of thousands of
+# records), idem_once, tokens, idem_pending's order, idem_transition on a
+# (tenant, id) key, the guards, wait_for_outcome woken across nodes,
+# delegated mode (grants written before and after the recipe, {setting}
+# grants, idem_pending as the maintenance role from every node), and that
+# no record or token ever lands in the local (shell) table of any node.  Also: the server refuses to start
+# with idempotency preloaded before citus.
 #
 # Runs only where Citus is installed into the server under test; skipped
 # with one line otherwise.
@@ -25,18 +29,39 @@ chomp $pkglibdir;
 plan skip_all => "Citus is not installed into this server ($pkglibdir/citus.so is missing)"
   unless -f "$pkglibdir/citus.so";
 
+# The blocks of docs/citus.md marked "tested by test/t/020_citus.pl: WHERE",
+# as [WHERE, TEXT] in their order
+my @doc_blocks;
+{
+	my $doc = slurp_file("$ENV{TESTDIR}/docs/citus.md");
+	while ($doc =~ /<!-- tested by test\/t\/020_citus\.pl: (.*?) -->\n```(?:sql)?\n(.*?)```/sg)
+	{
+		push @doc_blocks, [ $1, $2 ];
+	}
+}
+is_deeply([ map { $_->[0] } @doc_blocks ],
+	[ 'postgresql.conf of every node', 'on each worker', ('on the coordinator') x 5 ],
+	'docs/citus.md has the marked blocks: settings, nodes, distribution, tenant table, guard, least privilege');
+my ($doc_conf, $doc_worker, $doc_nodes, $doc_distribute, $doc_orders, $doc_guard, $doc_recipe) =
+  map { $_->[1] } @doc_blocks;
+
+# A node with the settings of docs/citus.md, preloading preload
 sub citus_node
 {
 	my ($name, $preload) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
 	$node->init;
-	# no autovacuum: an emptied shell table must keep its size (see below)
+	$node->append_conf('postgresql.conf', $doc_conf);
+	# no autovacuum: an emptied shell table must keep its size (see below);
+	# the server's defaults for logical replication (shard moves), which
+	# PostgreSQL::Test::Cluster sets to 0
 	$node->append_conf('postgresql.conf', qq{
+max_wal_senders = 10
+max_replication_slots = 10
 shared_preload_libraries = '$preload'
 listen_addresses = '127.0.0.1'
 max_prepared_transactions = 20
 autovacuum = off
-citus.shard_count = 8
 });
 	return $node;
 }
@@ -46,6 +71,14 @@ sub sql_error
 {
 	my ($rc, $out, $err) = psql_verbose(@_);
 	return $rc == 0 ? "no error" : $err;
+}
+
+# output of a statement, or its error: a test that compares it fails,
+# rather than dies, when the statement fails
+sub answer
+{
+	my ($rc, $out, $err) = psql_verbose(@_);
+	return $rc == 0 ? $out : $err;
 }
 
 # A session whose next statement may wait: send it, then collect it
@@ -87,16 +120,9 @@ sub lock_wait_seen
 sub distribute
 {
 	my ($coordinator) = @_;
+	$coordinator->safe_psql('postgres', $_) foreach ($doc_distribute, $doc_orders, $doc_guard);
 	$coordinator->safe_psql('postgres', q{
-CREATE EXTENSION idempotency;
-SELECT create_distributed_table('idempotent_record', 'scope');
-SELECT create_distributed_table('idempotency_token', 'scope', colocate_with => 'idempotent_record');
-CREATE TABLE orders (scope text, id bigint, status text NOT NULL DEFAULT 'new',
-                     version integer NOT NULL DEFAULT 0, PRIMARY KEY (scope, id));
-SELECT create_distributed_table('orders', 'scope', colocate_with => 'idempotent_record');
 SET citus.enable_unsafe_triggers = on;
-CREATE TRIGGER orders_status BEFORE UPDATE ON orders FOR EACH ROW
-    EXECUTE FUNCTION idem_transition_guard('status', 'new>paid', 'paid>shipped');
 CREATE TRIGGER orders_version BEFORE UPDATE ON orders FOR EACH ROW
     EXECUTE FUNCTION idem_version_guard('version');
 CREATE ROLE regress_app LOGIN;
@@ -121,6 +147,7 @@ sub scenarios
 {
 	my ($label, $client, $nodes, @scopes) = @_;
 	my $s = $scopes[0];
+	my $in = join(', ', map { "'$_'" } @scopes);    # this run's scopes, in SQL
 	my $fp = q{idem_fingerprint('{"sku": 7, "qty": 1}')};
 	my $other_fp = q{idem_fingerprint('{"sku": 8}')};
 
@@ -128,7 +155,7 @@ sub scenarios
 	is( $client->safe_psql('postgres', qq{
 BEGIN;
 SELECT outcome FROM idem_claim('ord-1', scope => '$s', fingerprint => $fp);
-INSERT INTO orders (scope, id) VALUES ('$s', 1001);
+INSERT INTO orders (tenant, id) VALUES ('$s', 1001);
 SELECT idem_finish('ord-1', '{"order_id": 1001}', scope => '$s');
 COMMIT;
 SELECT outcome || ' ' || result::text FROM idem_claim('ord-1', scope => '$s', fingerprint => $fp);
@@ -136,7 +163,7 @@ SELECT outcome || ' ' || result::text FROM idem_claim('ord-1', scope => '$s', fi
 		"$label: the ten-line example claims, finishes and replays");
 	like(sql_error($client, "SELECT idem_claim('ord-1', scope => '$s', fingerprint => $other_fp)"),
 		qr/IK001/, "$label: a reused key with another body raises IK001");
-	is($client->safe_psql('postgres', "SELECT count(*) FROM orders WHERE scope = '$s'"),
+	is($client->safe_psql('postgres', "SELECT count(*) FROM orders WHERE tenant = '$s'"),
 		'1', "$label: one order");
 
 	# concurrent duplicates, in every scope (shards on every node)
@@ -147,7 +174,7 @@ SELECT outcome || ' ' || result::text FROM idem_claim('ord-1', scope => '$s', fi
 		$a->query_safe('BEGIN');
 		is($a->query_safe("SELECT outcome FROM idem_claim('dup', scope => '$scope', fingerprint => $fp)"),
 			'claimed', "$label/$scope: the first claim of a key");
-		$a->query_safe("INSERT INTO orders (scope, id) VALUES ('$scope', 2)");
+		$a->query_safe("INSERT INTO orders (tenant, id) VALUES ('$scope', 2)");
 		is($b->query_safe("SELECT outcome FROM idem_claim('dup', scope => '$scope', fingerprint => $fp, wait => false)"),
 			'in_progress', "$label/$scope: wait => false answers in_progress for an uncommitted claim");
 		like(sql_error($nodes->[0], "SELECT idem_claim('dup', scope => '$scope', fingerprint => $other_fp, wait => false)"),
@@ -176,13 +203,15 @@ SELECT outcome || ' ' || result::text FROM idem_claim('ord-1', scope => '$s', fi
 
 	# leases, fencing, takeover with the recovery point
 	is($client->safe_psql('postgres',
-			"SELECT outcome || ' ' || fence FROM idem_claim('pay-1', scope => '$s', lease => '1 second')"),
+			"SELECT outcome || ' ' || fence FROM idem_claim('pay-1', scope => '$s', lease => '5 seconds')"),
 		'claimed 1', "$label: a leased claim");
 	$client->safe_psql('postgres', "SELECT idem_checkpoint('pay-1', 'charged', scope => '$s', fence => 1)");
 	is($client->safe_psql('postgres',
 			"SELECT outcome FROM idem_claim('pay-1', scope => '$s', lease => '30 seconds')"),
 		'in_progress', "$label: a duplicate during the lease is in_progress");
-	$client->safe_psql('postgres', 'SELECT pg_sleep(1.2)');
+	$client->poll_query_until('postgres',
+		"SELECT locked_until < clock_timestamp() FROM idempotent_record WHERE scope = '$s' AND key = 'pay-1'")
+	  or die 'the lease of pay-1 did not end';
 	is($client->safe_psql('postgres',
 			"SELECT outcome || ' ' || fence || ' ' || recovery_point FROM idem_claim('pay-1', scope => '$s', lease => '30 seconds')"),
 		'claimed 2 charged', "$label: after the lease, a takeover with fence 2 and the recovery point");
@@ -209,10 +238,10 @@ COMMIT;});
 		like(sql_error($client, qq{
 BEGIN;
 SELECT idem_claim('guarded', scope => '$scope');
-INSERT INTO orders (scope, id) VALUES ('$scope', 3);
+INSERT INTO orders (tenant, id) VALUES ('$scope', 3);
 COMMIT;}), qr/IK004/, "$label/$scope: a commit without an outcome raises IK004");
 		is($client->safe_psql('postgres', qq{
-SELECT (SELECT count(*) FROM orders WHERE scope = '$scope' AND id = 3)
+SELECT (SELECT count(*) FROM orders WHERE tenant = '$scope' AND id = 3)
      + (SELECT count(*) FROM idempotent_record WHERE scope = '$scope' AND key = 'guarded')}),
 			'0', "$label/$scope: ... and neither the claim nor the business row committed");
 	}
@@ -227,14 +256,14 @@ SELECT idem_claim('pend-$n', scope => '$scope', lease => '1 hour');
 SELECT idem_mark_unknown('pend-$n', '{"n": $n}', scope => '$scope', fence => 1);});
 	}
 	is($client->safe_psql('postgres',
-			"SELECT string_agg(key, ',') FROM (SELECT key FROM idem_pending WHERE key LIKE 'pend-%') p"),
+			"SELECT string_agg(key, ',') FROM (SELECT key FROM idem_pending WHERE key LIKE 'pend-%' AND scope IN ($in)) p"),
 		join(',', map { "pend-$_" } 1 .. $n),
 		"$label: idem_pending lists records oldest first across shards");
 	is($client->safe_psql('postgres', "SELECT outcome FROM idem_claim('pend-1', scope => '$scopes[-1]')"),
 		'in_progress', "$label: an unknown outcome answers in_progress");
 	$client->safe_psql('postgres',
 		"SELECT idem_finish('pend-1', '{}', scope => '$scopes[-1]', fence => 1)");
-	is($client->safe_psql('postgres', "SELECT count(*) FROM idem_pending WHERE key = 'pend-1'"),
+	is($client->safe_psql('postgres', "SELECT count(*) FROM idem_pending WHERE key = 'pend-1' AND scope = '$scopes[-1]'"),
 		'0', "$label: a reconciled record leaves idem_pending");
 
 	# idem_once
@@ -258,13 +287,13 @@ SELECT idem_transition('orders', ROW('$s', 1001), 'new', ARRAY['shipped']);
 SELECT idem_transition('orders', ROW('$s', 9999), 'paid', ARRAY['new']);}),
 		"applied\nalready\nrejected\nnot_found",
 		"$label: idem_transition on a (scope, id) primary key");
-	like(sql_error($client, "UPDATE orders SET status = 'new', version = 1 WHERE scope = '$s' AND id = 1001"),
+	like(sql_error($client, "UPDATE orders SET status = 'new', version = 1 WHERE tenant = '$s' AND id = 1001"),
 		qr/IK005/, "$label: the transition guard refuses paid > new (IK005)");
-	like(sql_error($client, "UPDATE orders SET status = 'shipped', version = 0 WHERE scope = '$s' AND id = 1001"),
+	like(sql_error($client, "UPDATE orders SET status = 'shipped', version = 0 WHERE tenant = '$s' AND id = 1001"),
 		qr/IK006/, "$label: the version guard refuses a stale version (IK006)");
 	is($client->safe_psql('postgres', qq{
-UPDATE orders SET status = 'shipped', version = 1 WHERE scope = '$s' AND id = 1001;
-SELECT status || ' ' || version FROM orders WHERE scope = '$s' AND id = 1001;}),
+UPDATE orders SET status = 'shipped', version = 1 WHERE tenant = '$s' AND id = 1001;
+SELECT status || ' ' || version FROM orders WHERE tenant = '$s' AND id = 1001;}),
 		'shipped 2', "$label: an allowed move with the current version passes, version bumped");
 
 	# purge: expired records of every scope, in batches, never a locked one
@@ -283,9 +312,9 @@ SELECT idem_claim('leased-old', scope => '$scope', lease => '1 hour', ttl => '1 
 		'claimed', "$label: a claim reclaims an expired record");
 	is($client->safe_psql('postgres', "SET statement_timeout = '20s'; SELECT idem_purge(3)"),
 		'3', "$label: idem_purge deletes one batch");
-	is($client->safe_psql('postgres', "SET statement_timeout = '20s'; CALL idem_purge_all(4); SELECT count(*) FROM idempotent_record WHERE key LIKE 'old-%'"),
+	is($client->safe_psql('postgres', "SET statement_timeout = '20s'; CALL idem_purge_all(4); SELECT count(*) FROM idempotent_record WHERE key LIKE 'old-%' AND scope IN ($in)"),
 		'1', "$label: idem_purge_all deletes every expired record but the one a claim holds, without waiting for it");
-	is($client->safe_psql('postgres', "SELECT count(*) FROM idempotent_record WHERE key = 'leased-old'"),
+	is($client->safe_psql('postgres', "SELECT count(*) FROM idempotent_record WHERE key = 'leased-old' AND scope IN ($in)"),
 		scalar(@scopes), "$label: records under a live lease are kept");
 	is($client->safe_psql('postgres', "SELECT count(*) FROM idempotency_token WHERE expires_at <= now()"),
 		'0', "$label: expired tokens are purged");
@@ -324,77 +353,204 @@ $single->restart;
 like(sql_error($single, q{
 BEGIN;
 SELECT idem_claim('lazy', scope => 'acct_2');
-INSERT INTO orders (scope, id) VALUES ('acct_2', 4);
+INSERT INTO orders (tenant, id) VALUES ('acct_2', 4);
 COMMIT;}), qr/IK004/, 'loaded on first use: a commit without an outcome raises IK004');
 is($single->safe_psql('postgres',
-		"SELECT count(*) FROM orders WHERE scope = 'acct_2' AND id = 4"),
+		"SELECT count(*) FROM orders WHERE tenant = 'acct_2' AND id = 4"),
 	'0', '... and the business row did not commit');
 $single->stop;
 
-# 2. a coordinator and one worker, the client connected to the worker
+# 2. a coordinator and two workers, set up as docs/citus.md prints it
 my $coordinator = citus_node('citus_coordinator', 'citus,idempotency');
-my $worker = citus_node('citus_worker', 'citus,idempotency');
-$coordinator->start;
-$worker->start;
-$worker->safe_psql('postgres', 'CREATE EXTENSION citus');
-$coordinator->safe_psql('postgres', 'CREATE EXTENSION citus; SELECT citus_set_coordinator_host(\'127.0.0.1\', '
-	  . $coordinator->port . q{); SELECT citus_set_node_property('127.0.0.1', }
-	  . $coordinator->port . q{, 'shouldhaveshards', true); SELECT citus_add_node('127.0.0.1', }
-	  . $worker->port . ')');
+my @workers = map { citus_node("citus_worker$_", 'citus,idempotency') } 1, 2;
+my @nodes = ($coordinator, @workers);
+$_->start foreach @nodes;
+$_->safe_psql('postgres', $doc_worker) foreach @workers;
+# the docs' host names and ports are the only thing replaced
+my @addresses = map { "'127.0.0.1', " . $_->port } @nodes;
+(my $nodes_sql = $doc_nodes) =~ s/'[\w.-]+\.example', 5432/shift @addresses/ge;
+is(scalar @addresses, 0, 'the docs name the coordinator and two workers');
+$coordinator->safe_psql('postgres', $nodes_sql);
 distribute($coordinator);
+is($coordinator->safe_psql('postgres',
+		"SELECT count(DISTINCT nodeport) FROM pg_dist_shard_placement JOIN pg_dist_shard USING (shardid) WHERE logicalrelid = 'idempotent_record'::regclass"),
+	'2', 'the shards of idempotent_record are on the two workers');
 
-# one tenant whose shard is on the worker, one on the coordinator
-my ($on_worker, $on_coordinator);
-foreach my $i (1 .. 50)
+# three tenants whose shard is on each worker
+my %tenants;    # worker port => [tenants]
+foreach my $i (1 .. 200)
 {
-	my $port = shard_port($coordinator, "tenant_$i");
-	$on_worker //= "tenant_$i" if $port == $worker->port;
-	$on_coordinator //= "tenant_$i" if $port == $coordinator->port;
+	my $list = $tenants{ shard_port($coordinator, "tenant_$i") } //= [];
+	push @$list, "tenant_$i" if @$list < 4;
 }
-ok(defined $on_worker && defined $on_coordinator, 'tenants with shards on both nodes');
-scenarios('coordinator + worker', $worker, [$coordinator, $worker], $on_coordinator, $on_worker);
+my @w1 = @{ $tenants{ $workers[0]->port } // [] };
+my @w2 = @{ $tenants{ $workers[1]->port } // [] };
+ok(@w1 == 4 && @w2 == 4, 'tenants with shards on each worker');
 
-# Delegated mode: a role without privileges on the extension's tables,
-# its scopes granted; the grants replicated and the per-key functions
-# delegated to the shard's node by the SQL of docs/citus.md, run as printed
-my ($delegate_sql) = slurp_file("$ENV{TESTDIR}/docs/citus.md")
-  =~ /## Least privilege on Citus.*?```sql\n(.*?)```/s;
-ok(defined $delegate_sql, 'docs/citus.md has the delegation SQL');
-$coordinator->safe_psql('postgres', $delegate_sql);
-$coordinator->safe_psql('postgres', qq{
-CREATE ROLE regress_tenant LOGIN;
-GRANT SELECT, INSERT ON orders TO regress_tenant;
-INSERT INTO idem_scope_grant VALUES ('regress_tenant', '$on_worker'), ('regress_tenant', '$on_coordinator');});
-my $n = 100;
-foreach my $client ($coordinator, $worker)
+# the scenarios with the client on each node, each run with a tenant of
+# each worker
+my @runs = ([ 'coordinator', $coordinator ], [ 'worker 1', $workers[0] ], [ 'worker 2', $workers[1] ]);
+foreach my $r (0 .. $#runs)
 {
-	my $from = $client == $coordinator ? 'the coordinator' : 'the worker';
-	foreach my $scope ($on_coordinator, $on_worker)
+	my ($name, $client) = @{ $runs[$r] };
+	scenarios("cluster, client on $name", $client, \@nodes, $w1[$r], $w2[$r]);
+}
+
+# Purge batches hold in a scope of thousands of expired records, from every
+# node, for records and for tokens: once the 2,000 rows of scope bigscope in
+# table have expired, idem_purge(100) deletes 100 from each node
+sub purge_batches_hold
+{
+	my ($what, $table) = @_;
+	$coordinator->poll_query_until('postgres',
+		"SELECT count(*) = 2000 FROM $table WHERE scope = 'bigscope' AND expires_at < now()")
+	  or die "the $what did not expire";
+	foreach my $node (@nodes)
 	{
-		my $held = $scope eq $on_worker ? 'the worker' : 'the coordinator';
-		$n++;
-		is($client->safe_psql('postgres', qq{
-SET ROLE regress_tenant;
+		is($node->safe_psql('postgres', 'SELECT idem_purge(100)'), '100',
+			"idem_purge(100) deletes 100 of 2,000 expired $what of a scope, from " . $node->name);
+	}
+	is($coordinator->safe_psql('postgres', "SELECT count(*) FROM $table WHERE scope = 'bigscope'"),
+		'1700', "... 300 $what in all");
+	$coordinator->safe_psql('postgres', 'CALL idem_purge_all()');
+}
+$coordinator->safe_psql('postgres', q{
+SELECT count(*) FROM (SELECT idem_once('big' || g, scope => 'bigscope', ttl => '1 second')
+                        FROM generate_series(1, 2000) g) s;});
+purge_batches_hold('records', 'idempotent_record');
+$coordinator->safe_psql('postgres', q{
+SELECT count(*) FROM (SELECT idem_token_issue('bigscope', ttl => '1 second') FROM generate_series(1, 2000) g) s;});
+purge_batches_hold('tokens', 'idempotency_token');
+$coordinator->safe_psql('postgres', q{
+SELECT count(*) FROM (SELECT idem_once('small' || g, scope => 'small_' || s, ttl => '1 second')
+                        FROM generate_series(1, 20) g, generate_series(1, 3) s) s;});
+$coordinator->poll_query_until('postgres',
+	"SELECT count(*) = 60 FROM idempotent_record WHERE scope LIKE 'small\\_%' AND expires_at < now()")
+  or die 'the records did not expire';
+is($workers[0]->safe_psql('postgres', 'SELECT idem_purge(5)'), '5',
+	'idem_purge(5) deletes 5 of 3 scopes x 20 expired records');
+
+# wait_for_outcome on one node, the outcome recorded through another: the
+# waiter's bound is an hour, its statement_timeout a minute
+{
+	my $scope = $w1[0];
+	$coordinator->safe_psql('postgres', "SELECT idem_claim('wait-1', scope => '$scope', lease => '1 hour')");
+	my $waiter = $workers[1]->background_psql('postgres', on_error_stop => 0);
+	$waiter->query_safe("SET statement_timeout = '60s'");
+	send_query($waiter, "SELECT outcome, result FROM idem_claim('wait-1', scope => '$scope', wait_for_outcome => '1 hour');");
+	ok($workers[1]->poll_query_until('postgres',
+			"SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event_type = 'Extension' AND query LIKE '%wait-1%'"),
+		'a duplicate waits for the outcome on worker 2');
+	$workers[0]->safe_psql('postgres', "SELECT idem_finish('wait-1', '{\"w\": 1}', scope => '$scope', fence => 1)");
+	is(collect($waiter), 'replay|{"w": 1}',
+		'an outcome recorded through worker 1 reaches the waiter on worker 2 before its statement_timeout');
+	$waiter->quit;
+}
+
+# Delegated mode, by the recipe of docs/citus.md run as printed, with
+# grants written before it (copied when the table becomes a reference
+# table) and after it (written through Citus): roles without privileges
+# on the extension's tables, from every node, for tenants on each worker
+$coordinator->safe_psql('postgres', qq{
+CREATE ROLE app LOGIN;
+CREATE ROLE maint LOGIN;
+CREATE ROLE regress_before LOGIN;
+GRANT SELECT, INSERT ON orders TO app, regress_before;
+INSERT INTO idem_scope_grant VALUES ('regress_before', '$w1[3]'), ('regress_before', '$w2[3]');});
+$coordinator->safe_psql('postgres', $doc_recipe);
+$coordinator->safe_psql('postgres', qq{
+CREATE ROLE regress_after LOGIN;
+GRANT SELECT, INSERT ON orders TO regress_after;
+INSERT INTO idem_scope_grant VALUES ('regress_after', '$w1[3]'), ('regress_after', '$w2[3]');});
+my $n = 100;
+foreach my $r (@runs)
+{
+	my ($from, $client) = @$r;
+	foreach my $scope ($w1[3], $w2[3])
+	{
+		my $held = $scope eq $w1[3] ? 'worker 1' : 'worker 2';
+		foreach my $who ([ 'regress_before', '' ], [ 'regress_after', '' ],
+			[ 'app', "SET LOCAL app.tenant = '$scope';" ])
+		{
+			my ($role, $set) = @$who;
+			$n++;
+			is(answer($client, qq{
+SET ROLE $role;
 BEGIN;
+$set
 SELECT outcome FROM idem_claim('del-$n', scope => '$scope');
-INSERT INTO orders (scope, id) VALUES ('$scope', $n);
+INSERT INTO orders (tenant, id) VALUES ('$scope', $n);
 SELECT idem_finish('del-$n', '{"n": $n}', scope => '$scope');
 COMMIT;
-SELECT outcome || ' ' || (result ->> 'n') FROM idem_claim('del-$n', scope => '$scope');}),
-			"claimed\n\nreplay $n",
-			"delegated mode from $from, shard on $held: claim, business row and outcome commit together, then replay");
+BEGIN;
+$set
+SELECT outcome || ' ' || (result ->> 'n') FROM idem_claim('del-$n', scope => '$scope');
+COMMIT;}),
+				"claimed\n\nreplay $n",
+				"delegated mode, $role from $from, shard on $held: claim, business row and outcome commit together, then replay");
+		}
 	}
-	like(sql_error($client, "SET ROLE regress_tenant; SELECT idem_claim('del', scope => 'tenant_not_granted')"),
+	like(sql_error($client, "SET ROLE regress_after; SELECT idem_claim('del', scope => 'tenant_not_granted')"),
 		qr/42501/, "delegated mode from $from: a scope not granted is refused (42501)");
+	like(sql_error($client, "SET ROLE app; BEGIN; SET LOCAL app.tenant = '$w1[3]'; SELECT idem_claim('del', scope => '$w2[3]')"),
+		qr/42501/, "delegated mode from $from: a {setting} grant is refused for another tenant (42501)");
+
+	# the commit guard from every node, in delegated mode
+	foreach my $scope ($w1[3], $w2[3])
+	{
+		my $err = sql_error($client, qq{
+SET ROLE regress_after;
+BEGIN;
+SELECT idem_claim('guarded-del', scope => '$scope');
+INSERT INTO orders (tenant, id) VALUES ('$scope', 99);
+COMMIT;});
+		like($err, qr/ERROR:  IK004: cannot commit a transaction with an unfinished idempotency claim/,
+			"delegated mode from $from, shard on " . ($scope eq $w1[3] ? 'worker 1' : 'worker 2')
+			  . ': a commit without an outcome raises IK004');
+		is($coordinator->safe_psql('postgres', qq{
+SELECT (SELECT count(*) FROM orders WHERE tenant = '$scope' AND id = 99)
+     + (SELECT count(*) FROM idempotent_record WHERE scope = '$scope' AND key = 'guarded-del')}),
+			'0', "delegated mode from $from: ... and neither the claim nor the business row committed");
+	}
 }
-is($coordinator->safe_psql('postgres', 'SELECT count(*) FROM orders WHERE id BETWEEN 101 AND 104'), '4',
+is($coordinator->safe_psql('postgres', "SELECT count(*) FROM orders WHERE id > 100 AND id <= $n"), $n - 100,
 	'delegated mode: one business row per request');
-# a grant removed on the coordinator is gone on the worker at commit
-$coordinator->safe_psql('postgres', "DELETE FROM idem_scope_grant WHERE pattern = '$on_worker'");
-like(sql_error($worker, "SET ROLE regress_tenant; SELECT idem_lookup('del-101', '$on_worker')"),
-	qr/42501/, 'a grant removed on the coordinator is refused on the worker at once');
-$worker->stop;
-$coordinator->stop;
+
+# idem_pending as maint (grant '*'): from every node, what a superuser sees
+foreach my $i (1 .. 4)
+{
+	my $scope = $i % 2 ? $w1[$i - 1] : $w2[$i - 1];
+	$coordinator->safe_psql('postgres', qq{
+SELECT idem_claim('recon-$i', scope => '$scope', lease => '1 hour');
+SELECT idem_mark_unknown('recon-$i', '{}', scope => '$scope', fence => 1);});
+}
+my $pending = 'SELECT string_agg(scope || \'/\' || key, \',\') FROM idem_pending';
+my $all_pending = $coordinator->safe_psql('postgres', $pending);
+like($all_pending, qr/recon-4/, 'idem_pending lists the unknown outcomes');
+foreach my $node (@nodes)
+{
+	is(answer($node, "SET ROLE maint; $pending"), $all_pending,
+		'idem_pending as maint on ' . $node->name . ' equals the superuser view');
+	is(answer($node, 'SET ROLE maint; SELECT idem_purge(10) >= 0'), 't',
+		'maint may purge on ' . $node->name);
+}
+
+# a grant removed on the coordinator is gone on every node at commit
+$coordinator->safe_psql('postgres', "DELETE FROM idem_scope_grant WHERE grantee = 'regress_after' AND pattern = '$w2[3]'");
+foreach my $node (@nodes)
+{
+	like(sql_error($node, "SET ROLE regress_after; SELECT idem_lookup('del-101', '$w2[3]')"),
+		qr/42501/, 'a grant removed on the coordinator is refused on ' . $node->name . ' at once');
+}
+
+# nothing in any shell table
+foreach my $node (@nodes)
+{
+	is($node->safe_psql('postgres',
+			"SELECT pg_relation_size('idempotent_record') + pg_relation_size('idempotency_token')"),
+		'0', 'after all: no record or token in the shell tables of ' . $node->name);
+}
+$_->stop foreach @nodes;
 
 # 3. preloaded before citus, the server does not start
 my $wrong = citus_node('citus_wrong_order', 'idempotency,citus');
