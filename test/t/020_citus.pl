@@ -48,6 +48,41 @@ sub sql_error
 	return $rc == 0 ? "no error" : $err;
 }
 
+# The server's clock, less an interval, as a literal: Citus routes an
+# UPDATE of a distributed table with constants, whatever the shards' clocks
+sub server_time
+{
+	my ($node, $ago) = @_;
+	return $node->safe_psql('postgres', "SELECT clock_timestamp() - interval '$ago'");
+}
+
+# end_lease(NODE, SCOPE, KEY): the lease of a record ends now, as if its
+# worker had stopped extending it
+sub end_lease
+{
+	my ($node, $scope, $key) = @_;
+	my $past = server_time($node, '1 second');
+	$node->safe_psql('postgres',
+		"UPDATE idempotent_record SET locked_until = '$past' WHERE scope = '$scope' AND key = '$key'");
+	return;
+}
+
+# age_records(NODE, CONDITION): the records matching CONDITION were claimed
+# and recorded two days ago with a ttl of one day, so they are past their
+# retention (a live lease still holds its record); so are the tokens not
+# consumed yet
+sub age_records
+{
+	my ($node, $condition) = @_;
+	my $two_days = server_time($node, '2 days');
+	my $one_day = server_time($node, '1 day');
+	$node->safe_psql('postgres', qq{
+UPDATE idempotent_record SET created_at = '$two_days', updated_at = '$two_days', expires_at = '$one_day'
+ WHERE $condition;
+UPDATE idempotency_token SET created_at = '$two_days', expires_at = '$one_day' WHERE consumed_at IS NULL;});
+	return;
+}
+
 # A session whose next statement may wait: send it, then collect it
 sub send_query
 {
@@ -174,15 +209,17 @@ SELECT outcome || ' ' || result::text FROM idem_claim('ord-1', scope => '$s', fi
 		$b->quit;
 	}
 
-	# leases, fencing, takeover with the recovery point
+	# leases, fencing, takeover with the recovery point; the lease is long
+	# enough to outlive the statements below on a busy machine, and its end
+	# is forced, as a worker's crash would leave it
 	is($client->safe_psql('postgres',
-			"SELECT outcome || ' ' || fence FROM idem_claim('pay-1', scope => '$s', lease => '1 second')"),
+			"SELECT outcome || ' ' || fence FROM idem_claim('pay-1', scope => '$s', lease => '1 hour')"),
 		'claimed 1', "$label: a leased claim");
 	$client->safe_psql('postgres', "SELECT idem_checkpoint('pay-1', 'charged', scope => '$s', fence => 1)");
 	is($client->safe_psql('postgres',
 			"SELECT outcome FROM idem_claim('pay-1', scope => '$s', lease => '30 seconds')"),
 		'in_progress', "$label: a duplicate during the lease is in_progress");
-	$client->safe_psql('postgres', 'SELECT pg_sleep(1.2)');
+	end_lease($client, $s, 'pay-1');
 	is($client->safe_psql('postgres',
 			"SELECT outcome || ' ' || fence || ' ' || recovery_point FROM idem_claim('pay-1', scope => '$s', lease => '30 seconds')"),
 		'claimed 2 charged', "$label: after the lease, a takeover with fence 2 and the recovery point");
@@ -271,11 +308,11 @@ SELECT status || ' ' || version FROM orders WHERE scope = '$s' AND id = 1001;}),
 	foreach my $scope (@scopes)
 	{
 		$client->safe_psql('postgres', qq{
-SELECT idem_once('old-' || i, scope => '$scope', ttl => '1 second') FROM generate_series(1, 5) i;
-SELECT idem_token_issue(scope => '$scope', ttl => '1 second');
-SELECT idem_claim('leased-old', scope => '$scope', lease => '1 hour', ttl => '1 second');});
+SELECT idem_once('old-' || i, scope => '$scope') FROM generate_series(1, 5) i;
+SELECT idem_token_issue(scope => '$scope');
+SELECT idem_claim('leased-old', scope => '$scope', lease => '1 hour');});
 	}
-	$client->safe_psql('postgres', 'SELECT pg_sleep(1.2)');
+	age_records($client, "key LIKE 'old-%' OR key = 'leased-old'");
 	my $locker = $client->background_psql('postgres');
 	$locker->query_safe('BEGIN');
 	# a claim reclaiming an expired record holds it until it commits
