@@ -71,7 +71,7 @@ mkdir -p "$WORK" && chmod 777 "$WORK"
 # cluster's OS user, stopped with the cluster.
 REDIS_DIR=$CLUSTER_DIR/redis
 mkdir -p "$REDIS_DIR" && chmod 777 "$REDIS_DIR"
-SERVER_PIDFILES+=("$REDIS_DIR/redis.pid")
+server_register "$REDIS_DIR/redis.pid" redis-server
 as_cluster_user redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --protected-mode yes \
     --unixsocket "$REDIS_DIR/redis.sock" --unixsocketperm 777 \
     --save '' --appendonly no --daemonize yes --dir "$REDIS_DIR" \
