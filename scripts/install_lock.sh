@@ -18,8 +18,9 @@
 # its register behind, and the next run, once it holds the lock, stops
 # what the register names.
 
-# IDEM_INSTALL_LOCK is for scripts/interrupt_check.sh only, whose runs
-# nested in make test must not wait for the lock make test holds.
+# IDEM_INSTALL_LOCK is for runs nested in a run that holds the machine-wide
+# lock (scripts/interrupt_check.sh inside make test, make test inside
+# scripts/under_load.sh): they must not wait for it.
 IDEM_LOCK=${IDEM_INSTALL_LOCK:-/tmp/idempotency-install.lock}
 IDEM_RUNS=$IDEM_LOCK.runs
 LOCK_HELPER=     # the flock process holding the lock for this run
