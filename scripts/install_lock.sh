@@ -49,22 +49,31 @@ lock_helper_start() {
     return 1
 }
 
-# lock_holders: who holds the lock (the process that took it, as the kernel
-# recorded it in /proc/locks, and what its run wrote next to the lock), and
-# which processes have the lock file open (a server that inherited the
-# descriptor of an older run's script shows here)
+# proc_cmd PID: the command line of process PID, empty if it is gone
+proc_cmd() {
+    { tr '\0' ' ' <"/proc/$1/cmdline"; } 2>/dev/null
+}
+
+# lock_holders: who holds the lock: the process that took it (as the kernel
+# recorded it in /proc/locks) and what its run wrote next to the lock; if
+# that process is gone, the lock lives on in a descriptor it passed on (an
+# older run's server), so the processes with the lock file open, the first 8
 lock_holders() {
-    local inode pid
+    local inode pid cmd gone=0
     inode=$(stat -c %i "$IDEM_LOCK" 2>/dev/null) || return 0
-    awk -v inode="$inode" '$2 == "FLOCK" && $3 != "->" && $6 ~ (":" inode "$") { print $5 }' /proc/locks |
-    while read -r pid; do
-        printf '  pid %s: %s\n' "$pid" "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || echo '(gone)')"
+    for pid in $(awk -v inode="$inode" '$2 == "FLOCK" && $3 != "->" && $6 ~ (":" inode "$") { print $5 }' /proc/locks); do
+        cmd=$(proc_cmd "$pid")
+        printf '  pid %s: %s\n' "$pid" "${cmd:-(exited)}"
+        [ -n "$cmd" ] || gone=1
     done
-    [ -s "$IDEM_LOCK.holder" ] && printf '  run: %s\n' "$(cat "$IDEM_LOCK.holder")"
+    [ -s "$IDEM_LOCK.holder" ] && printf '  its run: %s\n' "$(cat "$IDEM_LOCK.holder")"
+    [ "$gone" -eq 1 ] || return 0
+    echo "  the lock file is open in:"
     find /proc/[0-9]*/fd -maxdepth 1 -lname "$IDEM_LOCK" 2>/dev/null | cut -d/ -f3 | sort -un |
     while read -r pid; do
-        printf '  lock file open in pid %s: %s\n' "$pid" "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)"
-    done
+        cmd=$(proc_cmd "$pid")
+        [ -n "$cmd" ] && printf '    pid %s: %s\n' "$pid" "${cmd:0:150}"
+    done | head -n 8
 }
 
 # hold_install_lock: take the lock (saying so, and for whom, when it has to
