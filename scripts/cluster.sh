@@ -39,8 +39,10 @@ ensure_packages() {
     done
     [ ${#missing[@]} -eq 0 ] && return 0
     say "installing from Debian's archive: ${missing[*]}"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    # another apt-get at work (a neighbour's install): wait for it, up to
+    # 10 minutes, rather than fail at once
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
         --no-install-recommends "${missing[@]}" >/dev/null
 }
 
