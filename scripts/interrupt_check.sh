@@ -72,7 +72,10 @@ server_pids() {
 alive() { [ -d "/proc/$1" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
 none_alive() { local p; for p in "$@"; do alive "$p" && return 1; done; return 0; }
 all_alive() { local p; for p in "$@"; do alive "$p" || return 1; done; return 0; }
-lock_free() { flock -n "$IDEM_INSTALL_LOCK" true; }
+# the lock is free: at once after a run whose trap ran; after a SIGKILL, as
+# soon as its helper sees the run gone (tail --pid looks every second), so
+# allow a generous bound
+lock_free() { flock -w 60 "$IDEM_INSTALL_LOCK" true; }
 no_wait_said() { ! grep -q 'waiting for the install lock' "$work/$1.log"; }
 # run NAME's servers, read once it is ready
 declare -A PIDS
