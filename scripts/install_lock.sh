@@ -34,13 +34,14 @@ proc_start() {
 
 # lock_helper_start [-n]: start the helper and wait until it holds the lock
 # (with -n: unless someone else holds it).  The helper's first line says it
-# has the lock; it then lives as long as this script, in a session of its
-# own, so that a Ctrl-C does not free the lock before the run's trap has
+# has the lock; it then lives as long as this script (its tail writes to
+# /dev/null: tail -f ends when the reader of its output goes), in a session
+# of its own, so that a Ctrl-C does not free the lock before the run's trap has
 # stopped its servers (run_cleanup ends the helper last).
 lock_helper_start() {
     local fd line
     exec {fd}< <(exec setsid flock "$@" -o -E 75 "$IDEM_LOCK" \
-                     sh -c 'echo locked; exec tail --pid="$0" -f /dev/null' "$$" 2>/dev/null)
+                     sh -c 'echo locked; exec tail --pid="$0" -f /dev/null >/dev/null' "$$" 2>/dev/null)
     LOCK_HELPER=$!
     read -r line <&"$fd"
     exec {fd}<&-

@@ -25,6 +25,20 @@ checks=0
 bad=0
 bouncer_port=${IDEM_PGBOUNCER_PORT:-16432}
 
+# this check interrupted in turn: its held run (in a session of its own,
+# out of reach of the signal) is interrupted too, and its work removed
+RUN_PID=
+finish() {
+    if [ -n "$RUN_PID" ] && kill -0 "$RUN_PID" 2>/dev/null; then
+        kill -INT -- "-$RUN_PID" 2>/dev/null
+        wait "$RUN_PID" 2>/dev/null
+    fi
+    rm -rf "$work"
+}
+trap finish EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
 check() {   # check DESCRIPTION COMMAND...
     local what=$1
     shift
@@ -76,6 +90,7 @@ all_alive() { local p; for p in "$@"; do alive "$p" || return 1; done; return 0;
 # soon as its helper sees the run gone (tail --pid looks every second), so
 # allow a generous bound
 lock_free() { flock -w 60 "$IDEM_INSTALL_LOCK" true; }
+lock_taken() { ! flock -n "$IDEM_INSTALL_LOCK" true; }
 no_wait_said() { ! grep -q 'waiting for the install lock' "$work/$1.log"; }
 # run NAME's servers, read once it is ready
 declare -A PIDS
@@ -91,6 +106,7 @@ for sig in INT TERM; do
     fi
     remember "$name"
     check "SIG$sig: the run starts at once: no wait for the lock" no_wait_said "$name"
+    check "SIG$sig: while it runs, it holds the lock" lock_taken
     kill -"$sig" -- "-$RUN_PID"
     wait "$RUN_PID" 2>/dev/null
     check "SIG$sig: the run exits with an error status" test $? -ne 0
@@ -119,6 +135,7 @@ start_run kill
 if ready kill; then
     remember kill
     check "SIGKILL: the run after the timeout one starts at once" no_wait_said kill
+    check "SIGKILL: while it runs, it holds the lock" lock_taken
     # shellcheck disable=SC2086
     check "SIGKILL: that run stopped what the timed-out run left (${PIDS[timeout]:-})" none_alive ${PIDS[timeout]:-}
     kill -KILL -- "-$RUN_PID"
@@ -148,7 +165,7 @@ else
 fi
 
 # a waiting run says for whom: hold the lock here, start a run, look
-flock -o "$IDEM_INSTALL_LOCK" tail --pid=$$ -f /dev/null &
+flock -o "$IDEM_INSTALL_LOCK" tail --pid=$$ -f /dev/null >/dev/null &
 holder=$!
 until ! flock -n "$IDEM_INSTALL_LOCK" true; do sleep 0.1; done
 start_run waiter
@@ -164,6 +181,5 @@ wait "$RUN_PID"
 kill "$holder"
 wait "$holder" 2>/dev/null   # its tail ends with this script
 
-rm -rf "$work"
 echo "$((checks - bad)) passed, $bad failed"
 [ "$bad" -eq 0 ]

@@ -26,13 +26,14 @@ ensure_packages "${IDEM_PACKAGES[@]}" stress-ng || exit 1
 # the machine-wide lock for the whole check, so that the hog runs only
 # while this check runs; the make tests inside it take a lock file of their
 # own (one run at a time all the same)
+# (a file that stays, so that a nested run killed with this one is swept
+# by the next)
 hold_install_lock || exit 1
-nested_lock=$(mktemp -d /tmp/idempotency-load.XXXXXX)
-run_register tree "$nested_lock"
+nested_lock=$IDEM_LOCK.nested
 
 # the hog, in a session of its own, tied to this script's life
 setsid sh -c 'stress-ng --cpu "$1" --quiet & hog=$!
-              tail --pid="$2" -f /dev/null
+              tail --pid="$2" -f /dev/null >/dev/null
               kill "$hog"' sh "$cpus" "$$" &
 say "CPU hog: stress-ng --cpu $cpus on $(nproc) cores"
 
@@ -53,7 +54,7 @@ LOAD_LOG=$(mktemp)
 
 for i in $(seq "$test_runs"); do
     say "make test under load, run $i of $test_runs"
-    timed "make test #$i" env IDEM_INSTALL_LOCK="$nested_lock/install.lock" make -s test
+    timed "make test #$i" env IDEM_INSTALL_LOCK="$nested_lock" make -s test
 done
 
 if [ "$check_runs" -gt 0 ]; then
