@@ -70,6 +70,11 @@ test:
 	$(SERVER_ENV) bash scripts/test.sh
 demo:
 	$(SERVER_ENV) bash scripts/demo.sh
+# make test, then installcheck on a plain server, under a CPU hog
+# (stress-ng); IDEM_LOAD_TEST_RUNS / IDEM_LOAD_INSTALLCHECK_RUNS repeat them
+.PHONY: test-under-load
+test-under-load:
+	$(SERVER_ENV) bash scripts/under_load.sh
 # The PGXN release of the committed tree: idempotency-VERSION.zip, its files
 # under idempotency-VERSION/ with META.json at the root.  PGXN needs semantic
 # versions: VERSION is default_version with ".0" appended (1.1 -> 1.1.0),

@@ -72,7 +72,7 @@ mkdir -p "$WORK" && chmod 777 "$WORK"
 # cluster's OS user, stopped with the cluster.
 REDIS_DIR=$CLUSTER_DIR/redis
 mkdir -p "$REDIS_DIR" && chmod 777 "$REDIS_DIR"
-SERVER_PIDFILES+=("$REDIS_DIR/redis.pid")
+server_register "$REDIS_DIR/redis.pid" redis-server
 as_cluster_user redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --protected-mode yes \
     --unixsocket "$REDIS_DIR/redis.sock" --unixsocketperm 777 \
     --save '' --appendonly no --daemonize yes --dir "$REDIS_DIR" \
@@ -420,7 +420,7 @@ b9_app_start() {  # VARIANT: the app on B9_PORT, its pid file registered
     local pidfile=$WORK/b9-app.pid i
     (cd bench/http && exec node app.js "$1" "$B9_PORT") >"$WORK/b9-app.log" 2>&1 &
     echo $! >"$pidfile"
-    SERVER_PIDFILES+=("$pidfile")
+    server_register "$pidfile" node
     for i in $(seq 100); do
         grep -q '^listening' "$WORK/b9-app.log" && return 0
         sleep 0.1

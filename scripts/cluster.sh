@@ -3,8 +3,8 @@
 # Installs what is missing from Debian's archive, builds and installs the
 # extension, and runs a throwaway PostgreSQL cluster as an unprivileged
 # OS user on a private Unix socket directory (no TCP).  cluster_start sets
-# an EXIT trap that stops the server and removes its directory, also when a
-# step fails.  After cluster_start, PGHOST, PGPORT and PGUSER point at it.
+# an EXIT trap (scripts/install_lock.sh) that stops the server and removes
+# its directory, also when a step fails or the run is interrupted.  After cluster_start, PGHOST, PGPORT and PGUSER point at it.
 
 # The server: the one whose pg_config PG_CONFIG names (make test
 # PG_CONFIG=...), or else Debian's PostgreSQL 15, installed from the archive
@@ -48,28 +48,17 @@ ensure_packages() {
     done
     [ ${#missing[@]} -eq 0 ] && return 0
     say "installing from Debian's archive: ${missing[*]}"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    # another apt-get at work (a neighbour's install): wait for it, up to
+    # 10 minutes, rather than fail at once
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
         --no-install-recommends "${missing[@]}" >/dev/null
-}
-
-# hold_install_lock: the installed extension is one per machine, so two
-# runs from this tree (or two trees) must not install and test at once.
-# Held until the calling script exits.
-hold_install_lock() {
-    local lock=/tmp/idempotency-install.lock
-    # the braces keep 2>/dev/null to this exec: on a bare exec it would
-    # silence the script's stderr for good
-    if { exec 9>>"$lock"; } 2>/dev/null; then
-        chmod 666 "$lock" 2>/dev/null
-        flock 9
-    fi
 }
 
 # build_and_install: compile as the caller (warnings are errors here, not
 # in a user's own make), install as root.
 build_and_install() {
-    hold_install_lock
+    hold_install_lock || return 1
     say "building and installing the extension"
     # objects compiled against another server's headers are not reused
     local server
@@ -90,11 +79,20 @@ as_cluster_user() {
     if [ "$(id -u)" -eq 0 ]; then runuser -u "$CLUSTER_OS_USER" -- "$@"; else "$@"; fi
 }
 
+# the install lock, and the register of the servers a run starts
+. "$(dirname "${BASH_SOURCE[0]}")/install_lock.sh"
+
 CLUSTER_DIR=
 # pid files of other servers a script started (PgBouncer, redis-server):
 # each is stopped by server_stop, or else with the cluster, also when a step
-# fails
+# fails or the run is interrupted (and by the next run, if it was killed)
 SERVER_PIDFILES=()
+# server_register PIDFILE PROGRAM: before starting PROGRAM, which writes
+# its pid to PIDFILE
+server_register() {
+    SERVER_PIDFILES+=("$1")
+    run_register pidfile "$1" "$2"
+}
 server_stop() {
     [ -f "$1" ] && kill "$(cat "$1")" 2>/dev/null
     rm -f "$1"
@@ -119,9 +117,9 @@ cluster_start() {
     if [ "$(id -u)" -eq 0 ] && ! id "$CLUSTER_OS_USER" >/dev/null 2>&1; then
         useradd --system --user-group --home-dir /var/lib/postgresql --shell /bin/bash "$CLUSTER_OS_USER"
     fi
+    hold_install_lock || return 1
     CLUSTER_DIR=$(mktemp -d /tmp/idempotency-cluster.XXXXXX)
-    trap cluster_stop EXIT
-    trap 'exit 130' INT TERM
+    run_register tree "$CLUSTER_DIR"
     chmod 755 "$CLUSTER_DIR"
     [ "$(id -u)" -eq 0 ] && chown "$CLUSTER_OS_USER" "$CLUSTER_DIR"
 

@@ -3,8 +3,8 @@
 # pg_regress, the isolation specs (with the direct path, then with planned
 # SQL only), the HTTP example, the Java library, the exporter queries in
 # postgres_exporter, META.json and the PGXN archive, the pgTAP and TAP
-# suites, and last the Debian package (built, installed, tested, removed);
-# stop the cluster.
+# suites, interrupted runs, and last the Debian package (built, installed,
+# tested, removed); stop the cluster.
 # Ends with "N passed, N failed"; exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +12,9 @@ cd "$(dirname "$0")/.."
 
 ensure_packages "${IDEM_PACKAGES[@]}" pgbouncer python3-psycopg python3-psycopg-pool \
     prometheus-postgres-exporter prometheus "${JAVA_PACKAGES[@]}" || exit 1
-build_and_install || exit 1
+# IDEM_TEST_HOLD=FILE (scripts/interrupt_check.sh, inside make test, which
+# has built and installed): start the servers, write FILE, wait for a signal
+[ -n "${IDEM_TEST_HOLD:-}" ] || build_and_install || exit 1
 # preloaded and with prepared transactions (cluster.sh sets them), for the
 # tests in the Makefile's REGRESS_PRELOAD and ISOLATION_PRELOAD; on loopback
 # TCP too, for the Java suite (pgJDBC has no Unix sockets without
@@ -60,7 +62,18 @@ run_pgtap_suite() {
 }
 
 # TAP (PostgreSQL::Test::Cluster): the tests start clusters of their own,
-# so they run as the cluster's OS user from a copy it owns.
+# so they run as the cluster's OS user from a copy it owns: tap_dir makes
+# it.  Their servers (pg_ctl starts each in a session of its own, out of
+# reach of Ctrl-C) are stopped by the EXIT trap, or by the next run.
+tap_dir() {
+    local dir
+    dir=$(mktemp -d /tmp/idempotency-tap.XXXXXX) || return 1
+    run_register tree "$dir"
+    cp -r Makefile README.md docs idempotency.control test examples "$dir/"
+    [ "$(id -u)" -eq 0 ] && chown -R "$CLUSTER_OS_USER" "$dir"
+    echo "$dir"
+}
+
 run_tap_suite() {
     local dir total bad rc
     if [ ! -f "$(dirname "$("$PG_CONFIG" --pgxs)")/../../src/test/perl/PostgreSQL/Test/Cluster.pm" ]; then
@@ -68,9 +81,7 @@ run_tap_suite() {
         return
     fi
     say "TAP tests (leases, pg_cron, crash, failover, model, dump/upgrade)"
-    dir=$(mktemp -d /tmp/idempotency-tap.XXXXXX)
-    cp -r Makefile README.md docs idempotency.control test examples "$dir/"
-    [ "$(id -u)" -eq 0 ] && chown -R "$CLUSTER_OS_USER" "$dir"
+    dir=$(tap_dir) || { failed=$((failed + 1)); return; }
     as_cluster_user make -s -C "$dir" PG_CONFIG="$PG_CONFIG" TAP_TESTDIR="$dir" tapcheck 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     total=$(sed -n 's/.*Tests=\([0-9]*\).*/\1/p' "$log" | tail -n 1)
@@ -100,7 +111,7 @@ pgbouncer_start() {
         "pidfile = $dir/pgbouncer.pid" "logfile = $dir/pgbouncer.log" >"$dir/pgbouncer.ini"
     echo '"postgres" ""' >"$dir/users.txt"
     [ "$(id -u)" -eq 0 ] && chown -R "$CLUSTER_OS_USER" "$dir"
-    SERVER_PIDFILES+=("$dir/pgbouncer.pid")
+    server_register "$dir/pgbouncer.pid" pgbouncer
     as_cluster_user pgbouncer -d "$dir/pgbouncer.ini" || { cat "$dir/pgbouncer.log" >&2; return 1; }
 }
 
@@ -163,7 +174,7 @@ run_exporter_suite() {
         --web.listen-address="127.0.0.1:$port" --disable-default-metrics --disable-settings-metrics \
         >"$CLUSTER_DIR/exporter.log" 2>&1 &
     echo $! >"$pidfile"
-    SERVER_PIDFILES+=("$pidfile")
+    server_register "$pidfile" prometheus-postgres-exporter
     /usr/bin/python3 test/exporter/exporter_test.py \
         "host=$PGHOST port=$PGPORT dbname=idempotency_exporter user=postgres" \
         "http://127.0.0.1:$port/metrics" 2>&1 | tee "$log"
@@ -303,6 +314,43 @@ run_python_client_suite() {
 }
 # --- end of client packages -----------------------------------------------
 
+# An interrupted run (SIGINT, SIGTERM, timeout -k 5, SIGKILL) leaves the
+# install lock free and its servers stopped, or stopped by the next run,
+# which starts at once (scripts/interrupt_check.sh: runs of this script
+# with IDEM_TEST_HOLD, on a lock file of their own)
+run_interrupt_suite() {
+    local ok bad
+    say "interrupted runs: the install lock and the servers they leave"
+    bash scripts/interrupt_check.sh 2>&1 | tee "$log"
+    ok=$(grep -cE '^ok [0-9]+ ' "$log")
+    bad=$(grep -cE '^not ok [0-9]+ ' "$log")
+    grep -qE '^[0-9]+ passed, [0-9]+ failed$' "$log" || bad=$((bad + 1))
+    passed=$((passed + ok)); failed=$((failed + bad))
+}
+
+# IDEM_TEST_HOLD: a run with a server of each kind running (the cluster, a
+# TAP test's node, PgBouncer), listed in FILE, waiting to be interrupted
+hold_until_interrupted() {
+    local ready=$1 dir pgxs
+    dir=$(tap_dir) || exit 1
+    pgxs=$(dirname "$("$PG_CONFIG" --pgxs)")/../..
+    as_cluster_user env TESTDIR="$dir" PATH="$PG_BINDIR:$PATH" \
+        PG_REGRESS="$pgxs/src/test/regress/pg_regress" \
+        perl -I "$pgxs/src/test/perl" "$dir/test/interrupt/hold_node.pl" "$dir/node" &
+    until [ -s "$dir/node" ]; do
+        kill -0 $! 2>/dev/null || { say "the TAP node did not start"; exit 1; }
+        sleep 0.1
+    done
+    pgbouncer_start "$CLUSTER_DIR/pgbouncer" "${IDEM_PGBOUNCER_PORT:-16432}" \
+        "idempotency_http = host=$PGHOST port=$PGPORT dbname=idempotency_http user=postgres" || exit 1
+    printf '%s\n' "pgdata $CLUSTER_DIR/data" "pgdata $(cat "$dir/node")" \
+        "pidfile $CLUSTER_DIR/pgbouncer/pgbouncer.pid" >"$ready.part"
+    mv "$ready.part" "$ready"
+    say "holding the servers listed in $ready until interrupted"
+    while :; do sleep 3600 & wait $!; done
+}
+[ -n "${IDEM_TEST_HOLD:-}" ] && hold_until_interrupted "$IDEM_TEST_HOLD"
+
 run_regress_suite "pg_regress" regresscheck regression.diffs
 run_regress_suite "isolation specs" isolationcheck output_iso/regression.diffs
 # the same specs and expected outputs with the planned-SQL path: the direct
@@ -317,6 +365,7 @@ run_node_client_suite
 run_python_client_suite
 run_pgtap_suite
 run_tap_suite
+run_interrupt_suite
 # last: it restarts the cluster and swaps the installed files
 run_deb_suite
 rm -f "$log"

@@ -86,7 +86,10 @@ RESET idempotency.default_ttl;
 
 -- an expired record counts as absent: claimed again with fence + 1,
 -- whatever its fingerprint, and reset to a new record
-UPDATE idempotent_record SET expires_at = now() - interval '1 second'
+-- (the whole record moved two days back: claimed and recorded then, with
+-- its one-day ttl, it is past its retention however long it took)
+UPDATE idempotent_record SET created_at = created_at - interval '2 days',
+       updated_at = updated_at - interval '2 days', expires_at = expires_at - interval '2 days'
  WHERE scope = 'acct_42' AND key = 'ord-1';
 BEGIN;
 SELECT outcome, status, result, fence, recovery_point
@@ -101,7 +104,9 @@ SELECT outcome, result, fence FROM idem_claim('ord-1', scope => 'acct_42');
 -- idem_lookup reads without claiming; expired and absent records: no row
 SELECT scope, key, status, result, fence FROM idem_lookup('ord-1', 'acct_42');
 SELECT count(*) FROM idem_lookup('absent');
-UPDATE idempotent_record SET expires_at = now() - interval '1 second' WHERE key = 'nofp';
+UPDATE idempotent_record SET created_at = created_at - interval '2 days',
+       updated_at = updated_at - interval '2 days', expires_at = expires_at - interval '2 days'
+ WHERE key = 'nofp';
 SELECT count(*) FROM idem_lookup('nofp');
 -- ... and a claim takes the expired key over
 BEGIN;

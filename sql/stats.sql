@@ -62,7 +62,8 @@ SELECT outcome, fence FROM idem_claim('s-5', lease => '1 hour');
 :counters;
 
 -- an expired record reclaimed is a claim, not a takeover
-UPDATE idempotent_record SET expires_at = clock_timestamp() - interval '1 second'
+UPDATE idempotent_record SET created_at = created_at - interval '2 days',
+       updated_at = updated_at - interval '2 days', expires_at = expires_at - interval '2 days'
  WHERE key = 's-1';
 BEGIN;
 SELECT outcome, fence FROM idem_claim('s-1');

@@ -110,18 +110,23 @@ SELECT idem_token_issue('too-long', ttl => '300000 years');
 :sqlstate
 SELECT count(*) AS written FROM idempotent_record;
 
--- ttl and lease that end 50 ms before the range does, measured when the
--- argument is computed (the call reads the clock microseconds later)
+-- ttl and lease that end an hour before the range does, measured when the
+-- argument is computed (the call reads the clock a little later, well
+-- within the hour even on a busy machine)
 CREATE FUNCTION longest() RETURNS interval LANGUAGE sql AS
-$$SELECT '294276-12-31 23:59:59.999999+00'::timestamptz - clock_timestamp() - interval '50 milliseconds'$$;
+$$SELECT '294276-12-31 23:59:59.999999+00'::timestamptz - clock_timestamp() - interval '1 hour'$$;
+-- the claim of KEY made two hours ago: its outcome, recorded now, comes
+-- more than that hour after it, so outcome time + ttl is past the range
+CREATE FUNCTION claimed_two_hours_ago(k text) RETURNS void LANGUAGE sql AS
+$$UPDATE idempotent_record SET created_at = created_at - interval '2 hours',
+                               updated_at = updated_at - interval '2 hours' WHERE key = k$$;
 BEGIN;
 SELECT outcome FROM idem_claim('longest', ttl => longest());
--- the outcome comes later than 50 ms: claim time + ttl is past the range
-SELECT pg_sleep(0.1);
+SELECT claimed_two_hours_ago('longest');
 SELECT idem_finish('longest', '{}');
 COMMIT;
 SELECT outcome FROM idem_claim('longest-lease', ttl => longest(), lease => longest());
-SELECT pg_sleep(0.1);
+SELECT claimed_two_hours_ago('longest-lease');
 SELECT idem_extend_lease('longest-lease', '300000 years', fence => 1);
 :sqlstate
 SELECT idem_extend_lease('longest-lease', longest(), fence => 1) <= :'last' AS extended;
@@ -148,4 +153,5 @@ RESET idempotency.direct_access;
 SELECT status, pg_temp.kept_until(idempotent_record) = :'last' AS kept_to_the_last_instant
   FROM idempotent_record WHERE key = 'abandoned-sql';
 DROP FUNCTION longest();
+DROP FUNCTION claimed_two_hours_ago(text);
 TRUNCATE idempotent_record, idempotency_token;

@@ -136,7 +136,9 @@ SELECT is((SELECT outcome FROM idem_claim('out-4', fingerprint => idem_fingerpri
     'out-4: claimed');
 SELECT lives_ok($$SELECT idem_finish('out-4', '{"v": 1}')$$,
     'out-4: finished');
-UPDATE idempotent_record SET expires_at = clock_timestamp() - interval '1 minute'
+UPDATE idempotent_record SET created_at = clock_timestamp() - interval '2 days',
+                             updated_at = clock_timestamp() - interval '2 days',
+                             expires_at = clock_timestamp() - interval '1 day'
  WHERE scope = '' AND key = 'out-4';
 SELECT is((SELECT count(*) FROM idem_lookup('out-4')), 0::bigint,
     'out-4: idem_lookup treats the expired record as absent');
@@ -164,7 +166,9 @@ SELECT is((SELECT outcome FROM idem_claim('out-4f')), 'claimed',
     'out-4f: claimed');
 SELECT lives_ok($$SELECT idem_fail('out-4f', '{"e": 1}', retryable => false)$$,
     'out-4f: failed for good');
-UPDATE idempotent_record SET expires_at = clock_timestamp() - interval '1 second'
+UPDATE idempotent_record SET created_at = clock_timestamp() - interval '2 days',
+                             updated_at = clock_timestamp() - interval '2 days',
+                             expires_at = clock_timestamp() - interval '1 day'
  WHERE scope = '' AND key = 'out-4f';
 SELECT results_eq(
     $$SELECT outcome, status, result, fence FROM idem_claim('out-4f')$$,
@@ -194,7 +198,7 @@ INSERT INTO idempotent_record (scope, key, status, fingerprint, result, recovery
 VALUES ('', 'out-5-unknown', 'unknown', NULL, NULL, 'charged?', 1,
         NULL, clock_timestamp(), clock_timestamp(), clock_timestamp() + interval '1 day'),
        ('', 'out-5-leased', 'in_progress', NULL, NULL, 'step-1', 1,
-        clock_timestamp() + interval '30 seconds', clock_timestamp(), clock_timestamp(), clock_timestamp() + interval '1 day'),
+        clock_timestamp() + interval '1 hour', clock_timestamp(), clock_timestamp(), clock_timestamp() + interval '1 day'),
        ('', 'out-5-lease-over', 'in_progress', idem_fingerprint('{"pay": 9}'), NULL, 'step-2', 1,
         clock_timestamp() - interval '1 second', clock_timestamp(), clock_timestamp(), clock_timestamp() + interval '1 day'),
        ('', 'out-5-abandoned', 'in_progress', NULL, NULL, NULL, 5,
@@ -298,7 +302,9 @@ SELECT results_eq(
     $$SELECT * FROM idem_lookup('bc', scope => 'a')$$,
     $$SELECT * FROM idempotent_record WHERE scope = 'a' AND key = 'bc'$$,
     'idem_lookup: the row is the record, every column');
-UPDATE idempotent_record SET expires_at = clock_timestamp() - interval '1 millisecond'
+UPDATE idempotent_record SET created_at = clock_timestamp() - interval '2 days',
+                             updated_at = clock_timestamp() - interval '2 days',
+                             expires_at = clock_timestamp() - interval '1 day'
  WHERE scope = '' AND key = 'out-absent';
 SELECT is((SELECT count(*) FROM idem_lookup('out-absent')), 0::bigint,
     'idem_lookup: 0 rows for an expired record');
