@@ -12,7 +12,7 @@ SET ROLE regress_gr_app;
 SELECT pg_temp.try_code($$SELECT outcome FROM idem_claim('k', scope => 'acct')$$) AS while_granted;
 RESET ROLE;
 SET session_replication_role = replica;
-DELETE FROM idem_scope_grant WHERE grantee = 'regress_gr_app'::regrole;
+DELETE FROM idem_scope_grant WHERE grantee = 'regress_gr_app';
 RESET session_replication_role;
 SELECT count(*) AS grants_left FROM idem_scope_grant;
 SET ROLE regress_gr_app;
