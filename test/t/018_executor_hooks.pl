@@ -72,7 +72,7 @@ SELECT pg_stat_statements_reset();
 TRUNCATE idempotent_record;
 $requests
 SELECT count(*) FROM pg_stat_statements
- WHERE query ~ 'idempotent_record' AND query ~ '^(INSERT INTO|UPDATE|DELETE FROM|SELECT status)'
+ WHERE query ~ 'idempotent_record' AND query ~ '^(INSERT INTO|UPDATE|DELETE FROM|SELECT status|WITH batch)'
    AND query !~ 'expires_at = now\\(\\)';
 });
 }
