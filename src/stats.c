@@ -11,7 +11,7 @@
  * The time duplicates waited is a histogram in the same block, in the shape
  * Prometheus reads (postgres_exporter's HISTOGRAM columns): fixed upper
  * bounds (le), a cumulative count per bound, a sum and a count.  Only a wait
- * adds to it, with one clock read and two atomic additions; a claim that
+ * adds to it, with one clock read and three atomic additions; a claim that
  * does not wait costs nothing more.
  */
 #include "postgres.h"
