@@ -140,7 +140,8 @@ answer_from_record(ClaimAnswer *a, ClaimOutcome outcome, const IdemRecord *rec)
  */
 static bool
 answer_claimed(ClaimAnswer *a, const IdemKey *id, const IdemClaimSpec *t,
-			   int64 fence, char *recovery_point, Jsonb *result)
+			   int64 fence, char *recovery_point, Jsonb *result,
+			   const IdemRowAddress *row)
 {
 	a->outcome = OUTCOME_CLAIMED;
 	a->has_record = true;
@@ -151,7 +152,7 @@ answer_claimed(ClaimAnswer *a, const IdemKey *id, const IdemClaimSpec *t,
 	a->retry_after = NULL;
 	a->awaits_outcome = false;
 	if (!t->leased)
-		idem_claims_add(id, fence);
+		idem_claims_add(id, fence, row);
 	return true;
 }
 
@@ -230,6 +231,7 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 	IdemRecord	rec;
 	HeldClaim  *mine;
 	int64		new_fence;
+	IdemRowAddress row = {InvalidOid};
 
 	claim_times(fcinfo, &t);
 
@@ -238,8 +240,8 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 
 	if (!idem_store_read(id, &rec))
 	{
-		if (idem_store_insert(id, fingerprint, &t))
-			return answer_claimed(a, id, &t, 1, NULL, NULL);
+		if (idem_store_insert(id, fingerprint, &t, &row))
+			return answer_claimed(a, id, &t, 1, NULL, NULL, &row);
 		if (!idem_store_write_would_wait() && ++loop->hidden >= 3)
 			idem_store_hidden_record_error(id);
 		return write_lost(id, fingerprint, loop, a, t.now);
@@ -261,7 +263,7 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 	{
 		if (!idem_store_reclaim_expired(id, rec.fence, fingerprint, &t, &new_fence))
 			return write_lost(id, fingerprint, loop, a, t.now);
-		return answer_claimed(a, id, &t, new_fence, NULL, NULL);
+		return answer_claimed(a, id, &t, new_fence, NULL, NULL, &row);
 	}
 
 	check_fingerprint(id, rec.fingerprint, fingerprint);
@@ -299,7 +301,7 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 		return write_lost(id, fingerprint, loop, a, t.now);
 	idem_count(IDEM_COUNT_TAKEOVERS);
 	return answer_claimed(a, id, &t, new_fence, rec.recovery_point,
-						  rec.result);
+						  rec.result, &row);
 }
 
 /*

@@ -732,23 +732,35 @@ claim_values(const IdemKey *id, bytea *fingerprint, const IdemClaimSpec *t,
 	values[4] = TimestampTzGetDatum(t->expires_at);
 }
 
+/* No row address known (row may be NULL) */
+static void
+forget_row_address(IdemRowAddress *row)
+{
+	if (row != NULL)
+		row->relid = InvalidOid;
+}
+
 /*
  * Insert a new in-progress record with fence 1.  Like any INSERT into a
  * unique index it waits for an uncommitted duplicate; returns false when a
  * committed one exists (raises 40001 instead when that one is invisible to
- * a REPEATABLE READ or SERIALIZABLE snapshot).
+ * a REPEATABLE READ or SERIALIZABLE snapshot).  *row (unless NULL) is where
+ * the direct path wrote it, for the writes that follow the claim.
  */
 bool
-idem_store_insert(const IdemKey *id, bytea *fingerprint, const IdemClaimSpec *t)
+idem_store_insert(const IdemKey *id, bytea *fingerprint, const IdemClaimSpec *t,
+				  IdemRowAddress *row)
 {
 	Datum		values[7];
 	char		nulls[7] = "       ";
 	bool		inserted;
 
+	forget_row_address(row);
 	/* wait => false keeps its write in the SQL (store_exec_claim_write) */
 	cur.write_blocked = WRITE_NOT_BLOCKED;
 	if (!cur.nowait &&
-		direct_answered(idem_direct_insert(store_relid(), id, fingerprint, t), &inserted))
+		direct_answered(idem_direct_insert(store_relid(), id, fingerprint, t, row),
+						&inserted))
 		return inserted;
 
 	claim_values(id, fingerprint, t, values, nulls);
@@ -809,7 +821,10 @@ idem_store_take_over(const IdemKey *id, int64 seen_fence, bytea *fingerprint,
 /*
  * The fenced writes below change the record only while fence is its
  * current fence and it has no final outcome; each returns false otherwise
- * (the caller then reads the record to say why).
+ * (the caller then reads the record to say why).  row is the claim's row
+ * address when this transaction holds the claim (else NULL): the direct
+ * path may find the record there (idem_direct_fenced_update) and moves it
+ * to the version it writes; a write through the SQL forgets it.
  */
 
 /* Run a fenced write whose plan takes scope, key, fence and two values */
@@ -829,15 +844,17 @@ fenced_write(StorePlanId plan, const IdemKey *id, int64 fence, Datum value3,
 /* Record an outcome (succeeded, failed or unknown) */
 bool
 idem_store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
-					   Jsonb *result, TimestampTz now)
+					   Jsonb *result, TimestampTz now, IdemRowAddress *row)
 {
+	IdemFencedChange change = {IDEM_CHANGE_OUTCOME, status, result, NULL, now};
 	Datum		values[7];
 	bool		updated;
 
-	if (direct_answered(idem_direct_set_outcome(store_relid(), id, fence, status,
-												result, now), &updated))
+	if (direct_answered(idem_direct_fenced_update(store_relid(), id, fence,
+												  &change, row), &updated))
 		return updated;
 
+	forget_row_address(row);
 	id_values(id, values);
 	values[2] = Int64GetDatum(fence);
 	values[3] = CStringGetTextDatum(idem_status_names[status]);
@@ -852,8 +869,16 @@ idem_store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
  * error of the failed attempt) is kept in result.
  */
 bool
-idem_store_release(const IdemKey *id, int64 fence, Jsonb *reason, TimestampTz now)
+idem_store_release(const IdemKey *id, int64 fence, Jsonb *reason, TimestampTz now,
+				   IdemRowAddress *row)
 {
+	IdemFencedChange change = {IDEM_CHANGE_RELEASE, IDEM_IN_PROGRESS, reason, NULL, now};
+	bool		updated;
+
+	if (direct_answered(idem_direct_fenced_update(store_relid(), id, fence,
+												  &change, row), &updated))
+		return updated;
+	forget_row_address(row);
 	return fenced_write(PLAN_RELEASE, id, fence, TimestampTzGetDatum(now),
 						JsonbPGetDatum(reason));
 }
@@ -861,8 +886,16 @@ idem_store_release(const IdemKey *id, int64 fence, Jsonb *reason, TimestampTz no
 /* Save the recovery point of an in-progress claim */
 bool
 idem_store_checkpoint(const IdemKey *id, int64 fence, const char *recovery_point,
-					  TimestampTz now)
+					  TimestampTz now, IdemRowAddress *row)
 {
+	IdemFencedChange change = {IDEM_CHANGE_CHECKPOINT, IDEM_IN_PROGRESS, NULL,
+	recovery_point, now};
+	bool		updated;
+
+	if (direct_answered(idem_direct_fenced_update(store_relid(), id, fence,
+												  &change, row), &updated))
+		return updated;
+	forget_row_address(row);
 	return fenced_write(PLAN_CHECKPOINT, id, fence,
 						CStringGetTextDatum(recovery_point),
 						TimestampTzGetDatum(now));
