@@ -7,8 +7,10 @@
 -- transaction (pg_stat_get_xact_numscans) show which way the writes went:
 -- each claim's read is one scan, each write that looked the key up (and
 -- each refusal, which reads the record to say why) one more.
-\set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'
 TRUNCATE idempotent_record;
+-- a table that once had inheritance children (an earlier test's) keeps
+-- relhassubclass, which keeps the direct path off, until ANALYZE
+ANALYZE idempotent_record;
 
 CREATE FUNCTION pk_scans() RETURNS bigint
 LANGUAGE sql AS $$
@@ -181,8 +183,9 @@ END;
 $$;
 
 -- Each scenario both ways: the same answers and records, and the primary
--- key scans with the direct path on
-CREATE FUNCTION both_ways(name text) RETURNS SETOF text
+-- key scans with the direct path on (not shown where planned SQL wrote:
+-- how its plan reads the table is the planner's choice)
+CREATE FUNCTION both_ways(name text, show_scans boolean DEFAULT true) RETURNS SETOF text
 LANGUAGE plpgsql AS $$
 DECLARE
     direct text[] := scenario(name, true);
@@ -191,7 +194,10 @@ DECLARE
 BEGIN
     RETURN NEXT format('%s: same answers and records with direct_access off: %s',
                        name, direct[1:n - 1] = sql[1:n - 1]);
-    RETURN QUERY SELECT '    ' || l FROM unnest(direct) AS l;
+    RETURN QUERY SELECT '    ' || l FROM unnest(direct[1:n - 1]) AS l;
+    IF show_scans THEN
+        RETURN NEXT '    ' || direct[n];
+    END IF;
 END;
 $$;
 
@@ -214,7 +220,7 @@ SELECT both_ways('outcome rolled back');
 SELECT both_ways('claimed again in a subtransaction rolled back');
 SELECT both_ways('truncated');
 -- no address: a reclaim (planned SQL); a refused write
-SELECT both_ways('reclaimed expired');
+SELECT both_ways('reclaimed expired', show_scans => false);
 SELECT both_ways('wrong fence');
 
 -- SERIALIZABLE: the primary key scan's predicate locks are needed
@@ -236,7 +242,7 @@ SELECT idem_finish('committed', '{"n": 1}');
 COMMIT;
 SELECT outcome, status, result, fence, recovery_point FROM idem_claim('committed');
 
-DROP FUNCTION both_ways(text);
+DROP FUNCTION both_ways(text, boolean);
 DROP FUNCTION scenario(text, boolean);
 DROP FUNCTION record_lines();
 DROP FUNCTION pk_scans();
