@@ -1107,7 +1107,10 @@ refuse_under_xact_snapshot(bool deleted)
  * REPEATABLE READ; one of ours would have conflicted with it).  The caller
  * then checks key, fence and status as the UPDATE's WHERE clause does.
  * Not under SERIALIZABLE: the scan's predicate locks on the index would be
- * missing.  Fetched into slot when true.
+ * missing.  The TID's block still exists: the table has been locked since
+ * the version was written (an address written in a subtransaction that
+ * rolls back, releasing its locks, is forgotten), and no VACUUM truncates
+ * a table locked so.  Fetched into slot when true.
  */
 static bool
 fetch_claim_row(Relation heap, const IdemRowAddress *row, Snapshot snapshot,
@@ -1119,8 +1122,7 @@ fetch_claim_row(Relation heap, const IdemRowAddress *row, Snapshot snapshot,
 
 	if (row == NULL || row->relid != RelationGetRelid(heap) ||
 		row->relfilenode != heap->rd_rel->relfilenode ||
-		!ItemPointerIsValid(&row->tid) || IsolationIsSerializable() ||
-		ItemPointerGetBlockNumber(&row->tid) >= RelationGetNumberOfBlocks(heap))
+		!ItemPointerIsValid(&row->tid) || IsolationIsSerializable())
 		return false;
 	tid = row->tid;
 	if (!table_tuple_fetch_row_version(heap, &tid, snapshot, slot))
