@@ -27,6 +27,21 @@ LANGUAGE sql AS $$
       FROM idempotent_record ORDER BY key
 $$;
 
+-- Run statements in a subtransaction that then rolls back
+CREATE FUNCTION rolled_back(VARIADIC statements text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    BEGIN
+        FOR i IN 1 .. array_length(statements, 1) LOOP
+            EXECUTE statements[i];
+        END LOOP;
+        RAISE EXCEPTION 'roll back';
+    EXCEPTION WHEN raise_exception THEN
+        NULL;
+    END;
+END;
+$$;
+
 -- One scenario, in a subtransaction that is rolled back at the end: its
 -- answers (SQLSTATEs of refused calls), the records it leaves, and the
 -- primary key scans its writes after the claims made.
@@ -92,12 +107,7 @@ BEGIN
         WHEN 'checkpoint rolled back' THEN
             -- the address moved in a subtransaction that rolled back is forgotten
             PERFORM idem_claim('k');
-            BEGIN
-                PERFORM idem_checkpoint('k', 'charged');
-                RAISE EXCEPTION 'roll back';
-            EXCEPTION WHEN raise_exception THEN
-                NULL;
-            END;
+            PERFORM rolled_back($q$SELECT idem_checkpoint('k', 'charged')$q$);
             PERFORM idem_finish('k', '{"n": 1}');
         WHEN 'checkpoint in a subtransaction kept' THEN
             PERFORM idem_claim('k');
@@ -107,12 +117,7 @@ BEGIN
             PERFORM idem_finish('k', '{"n": 1}');
         WHEN 'outcome rolled back' THEN
             PERFORM idem_claim('k');
-            BEGIN
-                PERFORM idem_finish('k', '{"n": 1}');
-                RAISE EXCEPTION 'roll back';
-            EXCEPTION WHEN raise_exception THEN
-                NULL;
-            END;
+            PERFORM rolled_back($q$SELECT idem_finish('k', '{"n": 1}')$q$);
             PERFORM idem_finish('k', '{"n": 2}');
         WHEN 'deleted and claimed again' THEN
             -- the newest claim's address is the new row's
@@ -124,22 +129,12 @@ BEGIN
         WHEN 'claimed again in a subtransaction rolled back' THEN
             -- the first claim is the newest again, its row alive again
             PERFORM idem_claim('k');
-            BEGIN
-                DELETE FROM idempotent_record WHERE key = 'k';
-                PERFORM idem_claim('k');
-                PERFORM idem_checkpoint('k', 'second');
-                RAISE EXCEPTION 'roll back';
-            EXCEPTION WHEN raise_exception THEN
-                NULL;
-            END;
+            PERFORM rolled_back($q$DELETE FROM idempotent_record WHERE key = 'k'$q$,
+                                $q$SELECT idem_claim('k')$q$,
+                                $q$SELECT idem_checkpoint('k', 'second')$q$);
             PERFORM idem_finish('k', '{"n": 1}');
         WHEN 'claim rolled back, claimed again' THEN
-            BEGIN
-                PERFORM idem_claim('k');
-                RAISE EXCEPTION 'roll back';
-            EXCEPTION WHEN raise_exception THEN
-                NULL;
-            END;
+            PERFORM rolled_back($q$SELECT idem_claim('k')$q$);
             PERFORM idem_claim('k');
             PERFORM idem_finish('k', '{"n": 1}');
         WHEN 'truncated' THEN
@@ -244,6 +239,7 @@ SELECT outcome, status, result, fence, recovery_point FROM idem_claim('committed
 
 DROP FUNCTION both_ways(text, boolean);
 DROP FUNCTION scenario(text, boolean);
+DROP FUNCTION rolled_back(text[]);
 DROP FUNCTION record_lines();
 DROP FUNCTION pk_scans();
 TRUNCATE idempotent_record;
