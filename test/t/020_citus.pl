@@ -110,11 +110,13 @@ sub collect
 	return $out;
 }
 
-# Is some backend of any node waiting for a lock of this database?
+# Is some backend of any node waiting for a lock of this database?  Asked
+# until seen, 0.1 s apart, at most 10 x timeout_default times: a bound for
+# a wait that never comes, not a guess of how long one takes to come
 sub lock_wait_seen
 {
 	my @nodes = @_;
-	foreach my $try (1 .. 300)
+	foreach my $try (1 .. 10 * $PostgreSQL::Test::Utils::timeout_default)
 	{
 		foreach my $node (@nodes)
 		{
