@@ -644,6 +644,7 @@ foreach my $node (@nodes)
 		my ($node) = @_;
 		my $psql = $node->background_psql('postgres', on_error_stop => 0, timeout => $timeout);
 		$psql->set_query_timer_restart;
+		$psql->query_safe('\\set VERBOSITY verbose');    # errors with their SQLSTATE
 		$psql->query_safe('SET ROLE app');
 		return $psql;
 	};
@@ -678,7 +679,8 @@ SELECT idem_finish('$k', '{"id": $n}', scope => '$scope') \\gset
 \\endif
 \\endif
 COMMIT;
-\\echo __answer__ :LAST_ERROR_SQLSTATE :outcome :result});
+\\echo __answer__ :LAST_ERROR_SQLSTATE :outcome :result
+\\warn __answered__});
 		return 1;
 	};
 	# its answer: acknowledged (claimed, or a replay of an earlier try that
@@ -688,6 +690,10 @@ COMMIT;
 		my $out = collect($c->{psql});
 		my ($state, $outcome, $result) = $out =~ /^__answer__ (\S+) (\S+) (.*)$/m
 		  or die "no answer from $c->{name}: $out";
+		# the request's errors, all of them: the first one says why
+		pump_until($c->{psql}{run}, $c->{psql}{timeout}, \$c->{psql}{stderr}, qr/__answered__\n/)
+		  or die "no end of the errors of $c->{name}";
+		my ($first) = $c->{psql}{stderr} =~ /ERROR:  ([0-9A-Z]{5}):/;
 		if ($state eq 'none' && ($outcome eq 'claimed' || $outcome eq 'replay'))
 		{
 			$acked{ $c->{key} } = $outcome eq 'claimed' ? qq({"id": $c->{id}}) : $result;
@@ -699,10 +705,11 @@ COMMIT;
 		{
 			# what a client retries with the same key: a deadlock, a
 			# serialization failure, a lost connection, a Citus error
-			die "request $c->{key} on $c->{name} failed ($state), not to be retried: $c->{psql}{stderr}"
-			  unless $state =~ /^(40P01|40001|08006|XX000)$/;
-			$errors{$state}++;
-			diag "request $c->{key} on $c->{name}: $state, retried: $c->{psql}{stderr}";
+			$first //= $state;
+			die "request $c->{key} on $c->{name} failed ($first), not to be retried: $c->{psql}{stderr}"
+			  unless $first =~ /^(40P01|40001|08006|XX000)$/;
+			$errors{$first}++;
+			diag "request $c->{key} on $c->{name}: $first, retried: $c->{psql}{stderr}";
 			die "request $c->{key} failed $c->{tries} times" if $c->{tries} >= 20;
 		}
 		$c->{psql}{stderr} = '';
