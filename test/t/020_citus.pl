@@ -633,8 +633,10 @@ foreach my $node (@nodes)
 # client's transaction (a transaction whose delegated call holds the
 # shard's rows on the source, then waits for the move's lock on its own
 # node, while the move waits for it): both are retried.  So is a request
-# whose delegated call went by the placement of before the move (XX000
-# cannot execute a distributed query from a query on a shard).
+# that Citus ran by the placement of before the move (XX000 cannot execute
+# a distributed query from a query on a shard, 25001 cannot perform query
+# on placements that were modified in this transaction by a different
+# user).
 {
 	my $scope = $w1[4];
 	my $shard = $coordinator->safe_psql('postgres',
@@ -704,10 +706,11 @@ COMMIT;
 		else
 		{
 			# what a client retries with the same key: a deadlock, a
-			# serialization failure, a lost connection, a Citus error
+			# serialization failure, a lost connection, Citus's errors
+			# around a move (docs/citus.md)
 			$first //= $state;
 			die "request $c->{key} on $c->{name} failed ($first), not to be retried: $c->{psql}{stderr}"
-			  unless $first =~ /^(40P01|40001|08006|XX000)$/;
+			  unless $first =~ /^(40P01|40001|08006|XX000|25001)$/;
 			$errors{$first}++;
 			diag "request $c->{key} on $c->{name}: $first, retried: $c->{psql}{stderr}";
 			die "request $c->{key} failed $c->{tries} times" if $c->{tries} >= 20;
