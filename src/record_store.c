@@ -181,23 +181,24 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 		3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 	},
 	/*
-	 * One batch of expired records, oldest first (ORDER BY lets the planner
-	 * walk the expires_at index instead of scanning past live records),
-	 * named by primary key.  SKIP LOCKED: a record that a claim is
-	 * reclaiming right now is left to it, and purge never waits for a
-	 * claim; the DELETE only meets the rows the batch has locked (and
-	 * found expired, in their newest version).  The batch is a
-	 * MATERIALIZED CTE, run once whatever the plan: as a sub-select of the
-	 * DELETE it could be rescanned (a nested loop), each rescan skipping
-	 * the rows already deleted, so that the LIMIT no longer bounded the
-	 * batch.
+	 * One batch of expired records, in the order the plan finds them: a
+	 * bitmap scan of the BRIN index on expires_at reads only the block
+	 * ranges that may hold expired records (or a sequential scan, which
+	 * stops at the batch's end, where most records have expired).  SKIP
+	 * LOCKED: a record that a claim is reclaiming right now is left to it,
+	 * and purge never waits for a claim.  The DELETE takes the row
+	 * versions the batch has locked (and found expired, in their newest
+	 * version) by address, a TID scan without a primary-key descent; a
+	 * version the statement's snapshot does not see (updated after it) is
+	 * left for the next purge.  The batch is a MATERIALIZED CTE, run once
+	 * whatever the plan, so that the LIMIT bounds the batch.
 	 */
 	[PLAN_PURGE] = {
 		"WITH batch AS MATERIALIZED ("
-		"SELECT scope, key FROM ONLY %1$s WHERE" EXPIRED("$1")
-		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
-		" DELETE FROM ONLY %1$s AS r USING batch"
-		" WHERE r.scope" EQ "batch.scope AND r.key" EQ "batch.key",
+		"SELECT ctid FROM ONLY %1$s WHERE" EXPIRED("$1")
+		" LIMIT $2 FOR UPDATE SKIP LOCKED)"
+		" DELETE FROM ONLY %1$s"
+		" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT ctid FROM batch))",
 		2, {TIMESTAMPTZOID, INT4OID}
 	},
 	/* wait => false, before a reclaim or takeover: 55P03 if anyone holds it */
