@@ -88,6 +88,14 @@ typedef enum StorePlanId
 	" AND (status" EQ STATUS("in_progress") \
 	" OR (expires_at OPERATOR(pg_catalog.-) created_at)" LE "(" now " OPERATOR(pg_catalog.-) updated_at)))"
 
+/*
+ * The expiry bucket of a time, as the index idempotent_record_expires_at_idx
+ * has it (written the same way, so that the planner matches it): records
+ * of one 10-second bucket share one deduplicated B-tree entry.
+ */
+#define EXPIRY_BUCKET(t) \
+	" pg_catalog.date_bin('00:00:10'::pg_catalog.\"interval\", " t ", '2000-01-01 00:00:00+00'::pg_catalog.timestamptz)"
+
 /* %1$s is the qualified table, %2$s the schema */
 static const SavedPlanDef plan_defs[NUM_PLANS] = {
 	[PLAN_READ] = {
@@ -181,22 +189,22 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 		3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 	},
 	/*
-	 * One batch of expired records, in the order the plan finds them: a
-	 * bitmap scan of the BRIN index on expires_at reads only the block
-	 * ranges that may hold expired records (or a sequential scan, which
-	 * stops at the batch's end, where most records have expired).  SKIP
-	 * LOCKED: a record that a claim is reclaiming right now is left to it,
-	 * and purge never waits for a claim.  The DELETE takes the row
-	 * versions the batch has locked (and found expired, in their newest
-	 * version) by address, a TID scan without a primary-key descent; a
-	 * version the statement's snapshot does not see (updated after it) is
+	 * One batch of expired records, oldest expiry bucket first: the walk of
+	 * the index on EXPIRY_BUCKET stops at the batch's end (ORDER BY keeps the
+	 * planner from a sequential scan past live records), and EXPIRED checks
+	 * each row.  SKIP LOCKED: a record that a claim is reclaiming right now
+	 * is left to it, and purge never waits for a claim.  The DELETE takes
+	 * the row versions the batch has locked (and found expired, in their
+	 * newest version) by address, a TID scan without a primary-key descent;
+	 * a version the statement's snapshot does not see (updated after it) is
 	 * left for the next purge.  The batch is a MATERIALIZED CTE, run once
 	 * whatever the plan, so that the LIMIT bounds the batch.
 	 */
 	[PLAN_PURGE] = {
 		"WITH batch AS MATERIALIZED ("
-		"SELECT ctid FROM ONLY %1$s WHERE" EXPIRED("$1")
-		" LIMIT $2 FOR UPDATE SKIP LOCKED)"
+		"SELECT ctid FROM ONLY %1$s WHERE" EXPIRY_BUCKET("expires_at") LE EXPIRY_BUCKET("$1")
+		" AND" EXPIRED("$1")
+		" ORDER BY" EXPIRY_BUCKET("expires_at") " LIMIT $2 FOR UPDATE SKIP LOCKED)"
 		" DELETE FROM ONLY %1$s"
 		" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT ctid FROM batch))",
 		2, {TIMESTAMPTZOID, INT4OID}
