@@ -84,8 +84,7 @@ my $fixtures = <<'EOF';
 CREATE EXTENSION idempotency;
 CREATE EXTENSION pg_stat_statements;
 CREATE FUNCTION rel_t(t timestamptz) RETURNS text LANGUAGE sql
-  AS $$ SELECT CASE WHEN t < '1800-01-01 00:00:00+00' THEN 'moved back'
-               ELSE '~' || round(extract(epoch FROM t - clock_timestamp()), 3) END $$;
+  AS $$ SELECT '~' || round(extract(epoch FROM t - clock_timestamp()), 3) $$;
 CREATE FUNCTION rel_i(i interval) RETURNS text LANGUAGE sql
   AS $$ SELECT '~' || round(extract(epoch FROM i), 3) $$;
 CREATE TABLE biz_call (step int, timing text, call text, answer text);
@@ -416,8 +415,7 @@ sub m_once
 }
 
 # The expired records purge visits, oldest expires_at first (the control
-# connection moves expires_at back in the order of updated_at: see
-# expire_record)
+# connection sets expires_at a day before updated_at: see expire_record)
 sub m_purge
 {
 	my ($s, $op) = @_;
@@ -621,9 +619,9 @@ sub model_step
 	}
 	if ($k eq 'expire_record')
 	{
-		# as if claimed and last written long before its last write, with a
-		# ttl of a day: expired by the time of that write (its expires_at,
-		# in the order of the last writes, orders purge)
+		# as if claimed two days and last written one day before its last
+		# write, with a ttl of a day: expired by the time of that write (its
+		# expires_at, a day before it, orders purge)
 		my $r = $committed{ $op->{id} };
 		@$r{qw(expired exp_key ver)} = (1, $r->{utick}, ++$version) if $r;
 		return ('00000', '');
@@ -793,17 +791,11 @@ sub op_sql
 	return "UPDATE idempotent_record SET locked_until = clock_timestamp() - interval '1 minute' WHERE $where AND locked_until IS NOT NULL"
 	  if $k eq 'expire_lease';
 	# (a record expired so and not written since, expires_at = updated_at,
-	# stays as it is: the model's order of purge is that of the last writes).
-	# Its times move to centuries ago, a microsecond of updated_at since the
-	# server started becoming ten seconds, so that records written one after
-	# the other fall in different buckets of the expiry index, which purge
-	# visits oldest first (within a bucket, in the order of the heap).  Such
-	# times show as "moved back" (rel_t).
-	my $at = "pg_catalog.to_timestamp(-30000000000 + extract(epoch FROM updated_at - pg_postmaster_start_time()) * 10000000)";
+	# stays as it is: the model's order of purge is that of the last writes)
 	return "UPDATE idempotent_record SET"
-	  . " created_at = CASE WHEN expires_at = updated_at THEN created_at ELSE $at - interval '24 hours' END,"
-	  . " expires_at = CASE WHEN expires_at = updated_at THEN expires_at ELSE $at END,"
-	  . " updated_at = CASE WHEN expires_at = updated_at THEN updated_at ELSE $at END"
+	  . " created_at = CASE WHEN expires_at = updated_at THEN created_at ELSE updated_at - interval '2 days' END,"
+	  . " expires_at = CASE WHEN expires_at = updated_at THEN expires_at ELSE updated_at - interval '1 day' END,"
+	  . " updated_at = CASE WHEN expires_at = updated_at THEN updated_at ELSE updated_at - interval '1 day' END"
 	  . " WHERE $where"
 	  if $k eq 'expire_record';
 	my $w = $op->{wrap};
