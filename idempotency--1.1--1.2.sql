@@ -7,10 +7,10 @@
 -- Expiry without a B-tree entry per record
 -------------------------------------------------------------------------------
 
--- Purge finds expired records through a B-tree on the 10-second bucket of
--- expires_at instead of expires_at itself: the records of one bucket share
--- one index entry (B-tree deduplication), about 6 bytes per record instead
--- of one entry of 22 bytes or more.  Purge walks the buckets oldest first
+-- Purge finds expired records through a B-tree on the minute of expires_at
+-- (date_bin) instead of expires_at itself: the records of one minute share
+-- one index entry (B-tree deduplication), 6 to 8 bytes per record instead
+-- of an entry of 22 bytes or more.  Purge walks the buckets oldest first
 -- and checks expires_at itself in the rows.  (A BRIN index is smaller
 -- still, but its ranges only ever widen: once VACUUM lets new records fill
 -- the space of purged ones, every range matches and each batch reads the
@@ -20,6 +20,6 @@
 DROP INDEX @extschema@.idempotent_record_expires_at_idx;
 CREATE INDEX idempotent_record_expires_at_idx
     ON @extschema@.idempotent_record
-    (pg_catalog.date_bin('10 seconds', expires_at, '2000-01-01 00:00:00+00'));
+    (pg_catalog.date_bin('1 minute', expires_at, '2000-01-01 00:00:00+00'));
 COMMENT ON INDEX @extschema@.idempotent_record_expires_at_idx IS
-'expires_at by 10-second bucket (one deduplicated B-tree entry per bucket): purge walks it oldest bucket first';
+'expires_at by the minute (one deduplicated B-tree entry per minute): purge walks it oldest minute first';

@@ -1,7 +1,7 @@
--- Purge finds expired records through the index on expires_at's 10-second
--- bucket (1.2): oldest bucket first, one batch at a time, on the direct
--- path and on planned SQL alike, and never a record whose expires_at is
--- still ahead (expires_at is checked in each row of a bucket).  Time
+-- Purge finds expired records through the index on expires_at's minute
+-- (1.2): oldest minute first, one batch at a time, on the direct path and
+-- on planned SQL alike, and never a record whose expires_at is
+-- still ahead (expires_at is checked in each row of a minute).  Time
 -- passing is simulated by moving the records' times back.
 TRUNCATE idempotent_record;
 CREATE FUNCTION pg_temp.claims_aged() RETURNS SETOF text LANGUAGE sql AS $$

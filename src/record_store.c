@@ -91,10 +91,10 @@ typedef enum StorePlanId
 /*
  * The expiry bucket of a time, as the index idempotent_record_expires_at_idx
  * has it (written the same way, so that the planner matches it): records
- * of one 10-second bucket share one deduplicated B-tree entry.
+ * of one minute share one deduplicated B-tree entry.
  */
 #define EXPIRY_BUCKET(t) \
-	" pg_catalog.date_bin('00:00:10'::pg_catalog.\"interval\", " t ", '2000-01-01 00:00:00+00'::pg_catalog.timestamptz)"
+	" pg_catalog.date_bin('00:01:00'::pg_catalog.\"interval\", " t ", '2000-01-01 00:00:00+00'::pg_catalog.timestamptz)"
 
 /* %1$s is the qualified table, %2$s the schema */
 static const SavedPlanDef plan_defs[NUM_PLANS] = {
