@@ -892,6 +892,7 @@ int64
 idem_store_purge(TimestampTz now, int32 batch_size)
 {
 	Datum		values[2];
+	int			nestlevel;
 	int64		purged = idem_direct_purge(store_relid(), now, batch_size);
 
 	if (purged != DIRECT_NOT_USED)
@@ -905,7 +906,21 @@ idem_store_purge(TimestampTz now, int32 batch_size)
 	}
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = Int32GetDatum(batch_size);
-	return store_exec(PLAN_PURGE, values, NULL, SPI_OK_DELETE);
+
+	/*
+	 * Never a sequential scan: the planner costs one with LIMIT as if the
+	 * expired records were spread evenly over the table, but they are
+	 * together at its start or end, and each batch would read every live
+	 * record before them.  The bitmap scan of the BRIN index reads only the
+	 * ranges that may hold expired records (and all of them where all have
+	 * expired).  The setting holds for the planning of this statement only.
+	 */
+	nestlevel = NewGUCNestLevel();
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	purged = store_exec(PLAN_PURGE, values, NULL, SPI_OK_DELETE);
+	AtEOXact_GUC(true, nestlevel);
+	return purged;
 }
 
 /* The unexpired record of id as a heap tuple in the caller's context */

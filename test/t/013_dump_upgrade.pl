@@ -264,12 +264,11 @@ my $fresh = $node->safe_psql('fresh', $objects);
 my $n_objects = () = $fresh =~ /\n/g;
 ok($n_objects > 20, "a fresh install has its objects ($n_objects lines)");
 
-# upgrade_path_check(version): create at version, update to the default,
-# compare with the fresh install; returns the differences
-sub upgrade_path_check
+# filled_database(name, version): a new database with the extension at
+# version and every kind of record; returns its name and the records' digest
+sub filled_database
 {
-	my ($version) = @_;
-	my $db = "upgrade_from_$version";
+	my ($db, $version) = @_;
 	$db =~ s/\W/_/g;
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
 	$node->safe_psql($db, "CREATE EXTENSION idempotency VERSION '$version'");
@@ -277,6 +276,15 @@ sub upgrade_path_check
 	$node->safe_psql($db, $fill_tokens) if $has_tokens;
 	$node->safe_psql($db, $fill_more);
 	my $before = $node->safe_psql($db, $records_digest);
+	return ($db, $before);
+}
+
+# upgrade_path_check(version): create at version, update to the default,
+# compare with the fresh install; returns the differences
+sub upgrade_path_check
+{
+	my ($version) = @_;
+	my ($db, $before) = filled_database("upgrade_from_$version", $version);
 	$node->safe_psql($db, 'ALTER EXTENSION idempotency UPDATE');
 	is($node->safe_psql($db, "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'"),
 		$default_version, "from $version: ALTER EXTENSION UPDATE reaches $default_version");
@@ -299,14 +307,7 @@ sub stepwise_check
 {
 	my ($version) = @_;
 	my @later = grep { version_list($_) gt version_list($version) } @versions;
-	my $db = "stepwise_from_$version";
-	$db =~ s/\W/_/g;
-	$node->safe_psql('postgres', "CREATE DATABASE $db");
-	$node->safe_psql($db, "CREATE EXTENSION idempotency VERSION '$version'");
-	$node->safe_psql($db, $fill);
-	$node->safe_psql($db, $fill_tokens) if $has_tokens;
-	$node->safe_psql($db, $fill_more);
-	my $before = $node->safe_psql($db, $records_digest);
+	my ($db, $before) = filled_database("stepwise_from_$version", $version);
 	for my $step (@later)
 	{
 		$node->safe_psql($db, "ALTER EXTENSION idempotency UPDATE TO '$step'");
