@@ -908,12 +908,11 @@ idem_store_purge(TimestampTz now, int32 batch_size)
 	values[1] = Int32GetDatum(batch_size);
 
 	/*
-	 * Never a sequential scan: the planner costs one with LIMIT as if the
-	 * expired records were spread evenly over the table, but they are
-	 * together at its start or end, and each batch would read every live
-	 * record before them.  The bitmap scan of the BRIN index reads only the
-	 * ranges that may hold expired records (and all of them where all have
-	 * expired).  The setting holds for the planning of this statement only.
+	 * Never a sequential scan: the planner costs one (and a sort) as if the
+	 * expired records were spread evenly over the table, but they may be
+	 * anywhere, and each batch would read every live record.  The walk of
+	 * the index by the minute of expires_at stops at the batch's end.  The
+	 * setting holds for the planning of this statement only.
 	 */
 	nestlevel = NewGUCNestLevel();
 	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,

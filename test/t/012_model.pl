@@ -414,11 +414,12 @@ sub m_once
 	return ('00000', 't');
 }
 
-# The expired records purge visits.  Purge promises no order (it reads
-# the block ranges of the BRIN index on expires_at in the order of the
-# heap), so every batch is at least as large as the number of records here
-# (see batch): which records go does not depend on the order; the sort
-# only makes the walk repeatable.
+# The expired records purge visits.  Purge visits them by the minute of
+# expires_at, in the order of the heap within a minute, which the model
+# does not know, so every batch is at least as large as the number of
+# records here (see batch): which records go does not depend on the order;
+# the sort only makes the walk repeatable.  (sql/expiry_bucket.sql checks
+# the order and the bound of batches.)
 sub m_purge
 {
 	my ($s, $op) = @_;
