@@ -127,8 +127,14 @@ typedef struct RecordLayout
 	Oid			status_value[IDEM_UNKNOWN + 1];
 	Oid			pk_index;		/* B-tree primary key on (scope, key), or
 								 * InvalidOid: no direct path at all */
-	Oid			expires_at_index;	/* ascending B-tree on expires_at, or
+	Oid			expires_at_index;	/* ascending B-tree on expires_at or on
+									 * its bucket (expiry_bucketed), or
 									 * InvalidOid */
+	bool		expiry_bucketed;	/* expires_at_index has
+									 * date_bin(expiry_stride, expires_at,
+									 * expiry_origin) */
+	Interval	expiry_stride;
+	TimestampTz expiry_origin;
 	bool		stand_in;		/* no inheritance children, not a partition:
 								 * the direct path may stand in for the SQL */
 	bool		install_shape;	/* columns and unique indexes as installed:
@@ -215,9 +221,37 @@ columns_as_installed(Relation heap)
 }
 
 /*
- * Find the primary key and purge's expires_at index; false when there is
- * another unique or exclusion index (INSERT ... ON CONFLICT (scope, key)
- * would take a unique index on the same columns as an arbiter too).
+ * Is expr date_bin(a constant stride, expires_at, a constant origin) of
+ * timestamptz, the expiry bucket that purge's index holds since 1.2?  Then
+ * the stride and origin are copied into l.
+ */
+static bool
+expiry_bucket_expression(Node *expr, RecordLayout *l)
+{
+	FuncExpr   *f = (FuncExpr *) expr;
+	Const	   *stride;
+	Var		   *column;
+	Const	   *origin;
+
+	if (!IsA(expr, FuncExpr) || f->funcid != F_DATE_BIN_INTERVAL_TIMESTAMPTZ_TIMESTAMPTZ ||
+		list_length(f->args) != 3)
+		return false;
+	stride = linitial(f->args);
+	column = lsecond(f->args);
+	origin = lthird(f->args);
+	if (!IsA(stride, Const) || stride->constisnull || !IsA(origin, Const) ||
+		origin->constisnull || !IsA(column, Var) || column->varattno != l->col.expires_at)
+		return false;
+	l->expiry_stride = *DatumGetIntervalP(stride->constvalue);
+	l->expiry_origin = DatumGetTimestampTz(origin->constvalue);
+	return true;
+}
+
+/*
+ * Find the primary key and purge's index on expires_at or its bucket;
+ * false when there is another unique or exclusion index (INSERT ... ON
+ * CONFLICT (scope, key) would take a unique index on the same columns as
+ * an arbiter too).
  */
 static bool
 find_indexes(Relation heap, RecordLayout *l)
@@ -230,9 +264,10 @@ find_indexes(Relation heap, RecordLayout *l)
 	{
 		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
 		Form_pg_index ind = index->rd_index;
-		bool		plain_btree = index->rd_rel->relam == BTREE_AM_OID &&
+		bool		btree = index->rd_rel->relam == BTREE_AM_OID &&
 			ind->indisvalid && index->rd_indoption[0] == 0 &&
-			heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL) &&
+			heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL);
+		bool		plain_btree = btree &&
 			heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, NULL);
 
 		if (ind->indisprimary && plain_btree && ind->indnkeyatts == 2 &&
@@ -244,6 +279,12 @@ find_indexes(Relation heap, RecordLayout *l)
 		else if (plain_btree && ind->indnkeyatts == 1 &&
 				 ind->indkey.values[0] == l->col.expires_at)
 			l->expires_at_index = RelationGetRelid(index);
+		else if (btree && ind->indnkeyatts == 1 && ind->indkey.values[0] == 0 &&
+				 expiry_bucket_expression(linitial(RelationGetIndexExpressions(index)), l))
+		{
+			l->expires_at_index = RelationGetRelid(index);
+			l->expiry_bucketed = true;
+		}
 		index_close(index, NoLock);
 	}
 	list_free(indexes);
@@ -320,6 +361,7 @@ record_layout(Relation heap)
 	layout.relid = InvalidOid;
 	layout.pk_index = InvalidOid;
 	layout.expires_at_index = InvalidOid;
+	layout.expiry_bucketed = false;
 	layout.stand_in = false;
 	layout.install_shape = false;
 	if (layout.context == NULL)
@@ -723,7 +765,8 @@ purge_one(Relation heap, const RecordLayout *l, TimestampTz now,
 
 /*
  * idem_store_purge's direct path: delete up to batch_size records expired at
- * now, oldest first, walking the expires_at index, each as purge_one says
+ * now, oldest first, walking the index on expires_at (or its bucket: the
+ * oldest bucket first), each as purge_one says
  * (without writing a row lock before each delete, as FOR UPDATE must,
  * unless someone else holds the row).
  * Returns how many went, or DIRECT_NOT_USED.
@@ -756,7 +799,13 @@ idem_direct_purge(Oid relid, TimestampTz now, int32 batch_size)
 	/* a table published for deletes must say how to identify its rows */
 	CheckCmdReplicaIdentity(heap, CMD_DELETE);
 	index = index_open(l->expires_at_index, AccessShareLock);
+	/* every record past expires_at is in now's bucket or an older one */
 	ScanKeyInit(&skey, 1, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE,
+				l->expiry_bucketed ?
+				DirectFunctionCall3(timestamptz_bin,
+									IntervalPGetDatum(&l->expiry_stride),
+									TimestampTzGetDatum(now),
+									TimestampTzGetDatum(l->expiry_origin)) :
 				TimestampTzGetDatum(now));
 	snapshot = statement_snapshot();
 	cid = GetCurrentCommandId(true);

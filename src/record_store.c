@@ -88,6 +88,14 @@ typedef enum StorePlanId
 	" AND (status" EQ STATUS("in_progress") \
 	" OR (expires_at OPERATOR(pg_catalog.-) created_at)" LE "(" now " OPERATOR(pg_catalog.-) updated_at)))"
 
+/*
+ * The expiry bucket of a time, as the index idempotent_record_expires_at_idx
+ * has it (written the same way, so that the planner matches it): records
+ * of one minute share one deduplicated B-tree entry.
+ */
+#define EXPIRY_BUCKET(t) \
+	" pg_catalog.date_bin('00:01:00'::pg_catalog.\"interval\", " t ", '2000-01-01 00:00:00+00'::pg_catalog.timestamptz)"
+
 /* %1$s is the qualified table, %2$s the schema */
 static const SavedPlanDef plan_defs[NUM_PLANS] = {
 	[PLAN_READ] = {
@@ -181,23 +189,24 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 		3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 	},
 	/*
-	 * One batch of expired records, oldest first (ORDER BY lets the planner
-	 * walk the expires_at index instead of scanning past live records),
-	 * named by primary key.  SKIP LOCKED: a record that a claim is
-	 * reclaiming right now is left to it, and purge never waits for a
-	 * claim; the DELETE only meets the rows the batch has locked (and
-	 * found expired, in their newest version).  The batch is a
-	 * MATERIALIZED CTE, run once whatever the plan: as a sub-select of the
-	 * DELETE it could be rescanned (a nested loop), each rescan skipping
-	 * the rows already deleted, so that the LIMIT no longer bounded the
-	 * batch.
+	 * One batch of expired records, oldest expiry bucket first: the walk of
+	 * the index on EXPIRY_BUCKET stops at the batch's end (ORDER BY keeps the
+	 * planner from a sequential scan past live records), and EXPIRED checks
+	 * each row.  SKIP LOCKED: a record that a claim is reclaiming right now
+	 * is left to it, and purge never waits for a claim.  The DELETE takes
+	 * the row versions the batch has locked (and found expired, in their
+	 * newest version) by address, a TID scan without a primary-key descent;
+	 * a version the statement's snapshot does not see (updated after it) is
+	 * left for the next purge.  The batch is a MATERIALIZED CTE, run once
+	 * whatever the plan, so that the LIMIT bounds the batch.
 	 */
 	[PLAN_PURGE] = {
 		"WITH batch AS MATERIALIZED ("
-		"SELECT scope, key FROM ONLY %1$s WHERE" EXPIRED("$1")
-		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
-		" DELETE FROM ONLY %1$s AS r USING batch"
-		" WHERE r.scope" EQ "batch.scope AND r.key" EQ "batch.key",
+		"SELECT ctid FROM ONLY %1$s WHERE" EXPIRY_BUCKET("expires_at") LE EXPIRY_BUCKET("$1")
+		" AND" EXPIRED("$1")
+		" ORDER BY" EXPIRY_BUCKET("expires_at") " LIMIT $2 FOR UPDATE SKIP LOCKED)"
+		" DELETE FROM ONLY %1$s"
+		" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT ctid FROM batch))",
 		2, {TIMESTAMPTZOID, INT4OID}
 	},
 	/* wait => false, before a reclaim or takeover: 55P03 if anyone holds it */
@@ -916,6 +925,7 @@ int64
 idem_store_purge(TimestampTz now, int32 batch_size)
 {
 	Datum		values[2];
+	int			nestlevel;
 	int64		purged = idem_direct_purge(store_relid(), now, batch_size);
 
 	if (purged != DIRECT_NOT_USED)
@@ -929,7 +939,20 @@ idem_store_purge(TimestampTz now, int32 batch_size)
 	}
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = Int32GetDatum(batch_size);
-	return store_exec(PLAN_PURGE, values, NULL, SPI_OK_DELETE);
+
+	/*
+	 * Never a sequential scan: the planner costs one (and a sort) as if the
+	 * expired records were spread evenly over the table, but they may be
+	 * anywhere, and each batch would read every live record.  The walk of
+	 * the index by the minute of expires_at stops at the batch's end.  The
+	 * setting holds for the planning of this statement only.
+	 */
+	nestlevel = NewGUCNestLevel();
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	purged = store_exec(PLAN_PURGE, values, NULL, SPI_OK_DELETE);
+	AtEOXact_GUC(true, nestlevel);
+	return purged;
 }
 
 /* The unexpired record of id as a heap tuple in the caller's context */

@@ -417,8 +417,12 @@ sub m_once
 	return ('00000', 't');
 }
 
-# The expired records purge visits, oldest expires_at first (the control
-# connection sets expires_at a day before updated_at: see expire_record)
+# The expired records purge visits.  Purge visits them by the minute of
+# expires_at, in the order of the heap within a minute, which the model
+# does not know, so every batch is at least as large as the number of
+# records here (see batch): which records go does not depend on the order;
+# the sort only makes the walk repeatable.  (sql/expiry_bucket.sql checks
+# the order and the bound of batches.)
 sub m_purge
 {
 	my ($s, $op) = @_;
@@ -906,7 +910,8 @@ sub random_op
 	$op->{value} = $kind eq 'checkpoint' ? "p$n" : "{\"n\": $n}";
 	$op->{retryable} = rand() < 0.5 ? 1 : 0;
 	$op->{own_key} = rand() < 0.7 ? 1 : 0;
-	$op->{batch} = (1, 2, 100)[ int(rand(3)) ];
+	# never fewer than the records (@ids): see m_purge
+	$op->{batch} = (scalar(@ids), scalar(@ids) + 1, 100)[ int(rand(3)) ];
 	$op->{iso} = (qw(rc rc rc rr sr))[ int(rand(5)) ];
 	$op->{name} = "sp$n" if $kind eq 'savepoint';
 	$op->{pick} = int(rand(100));
