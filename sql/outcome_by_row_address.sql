@@ -151,6 +151,17 @@ BEGIN
                 lines := lines || format('finish k: %s', SQLSTATE);
             END;
             PERFORM idem_finish('other', '{"n": 2}');
+        WHEN 'truncated in place' THEN
+            -- storage this transaction made: a second TRUNCATE cuts its file
+            -- and keeps the relfilenode, so the address points past its end
+            TRUNCATE idempotent_record;
+            PERFORM idem_claim('k');
+            TRUNCATE idempotent_record;
+            BEGIN
+                PERFORM idem_finish('k', '{"n": 1}');
+            EXCEPTION WHEN OTHERS THEN
+                lines := lines || format('finish k: %s', SQLSTATE);
+            END;
         WHEN 'reclaimed expired' THEN
             INSERT INTO idempotent_record (key, status, fence, created_at, updated_at, expires_at)
             VALUES ('k', 'succeeded', 3, now() - interval '2 days', now() - interval '2 days',
@@ -216,6 +227,7 @@ SELECT both_ways('checkpoint rolled back');
 SELECT both_ways('outcome rolled back');
 SELECT both_ways('claimed again in a subtransaction rolled back');
 SELECT both_ways('truncated');
+SELECT both_ways('truncated in place');
 -- no address: a reclaim (planned SQL); a refused write
 SELECT both_ways('reclaimed expired', show_scans => false);
 SELECT both_ways('wrong fence');

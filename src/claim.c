@@ -12,6 +12,7 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -313,11 +314,14 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
  * statement (fn_extra): building them costs catalog lookups that a replay
  * would otherwise pay on every call.  Any change to a function, type or
  * enum label drops it (an extension update may change the row type, or the
- * schema the type is in).
+ * schema the type is in), and so does any change to the row type's
+ * columns (ALTER TYPE ... ATTRIBUTE: an invalidation of its relation).
+ * The columns must be of the types idem_claim fills them with.
  */
 typedef struct ClaimResultType
 {
 	Oid			fn_oid;			/* InvalidOid: not built */
+	Oid			relid;			/* the row type's relation */
 	TupleDesc	desc;
 	Datum		status[IDEM_UNKNOWN + 1];
 } ClaimResultType;
@@ -329,6 +333,38 @@ static void
 result_type_invalidate(Datum arg, int cacheid, uint32 hashvalue)
 {
 	result_type.fn_oid = InvalidOid;
+}
+
+static void
+result_type_relcache_invalidate(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == result_type.relid)
+		result_type.fn_oid = InvalidOid;
+}
+
+/* The types of idem_claim_result's columns, in order (status: any enum) */
+static const Oid result_column_types[] = {
+	TEXTOID, InvalidOid, JSONBOID, INT8OID, TEXTOID, INTERVALOID
+};
+
+static void
+check_result_columns(TupleDesc desc)
+{
+	bool		ok = desc->natts == (int) lengthof(result_column_types);
+
+	for (int i = 0; ok && i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		ok = !att->attisdropped &&
+			(OidIsValid(result_column_types[i]) ?
+			 att->atttypid == result_column_types[i] : type_is_enum(att->atttypid));
+	}
+	if (!ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("idem_claim's result type does not have the columns the extension installed"),
+				 errhint("Recreate the extension, or restore type idem_claim_result as it was created.")));
 }
 
 static const ClaimResultType *
@@ -347,11 +383,14 @@ claim_result_type(FunctionCallInfo fcinfo)
 		CacheRegisterSyscacheCallback(PROCOID, result_type_invalidate, (Datum) 0);
 		CacheRegisterSyscacheCallback(TYPEOID, result_type_invalidate, (Datum) 0);
 		CacheRegisterSyscacheCallback(ENUMOID, result_type_invalidate, (Datum) 0);
+		CacheRegisterRelcacheCallback(result_type_relcache_invalidate, (Datum) 0);
 	}
 	result_type.fn_oid = InvalidOid;
 	MemoryContextReset(result_type_context);
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "idem_claim must return a composite type");
+	check_result_columns(desc);
+	result_type.relid = get_typ_typrelid(desc->tdtypeid);
 	old = MemoryContextSwitchTo(result_type_context);
 	result_type.desc = BlessTupleDesc(CreateTupleDescCopy(desc));
 	for (int i = 0; i <= (int) IDEM_UNKNOWN; i++)

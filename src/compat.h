@@ -31,6 +31,24 @@ compat_namespace_aclcheck(Oid nspid, Oid roleid, AclMode mode)
 #endif
 }
 
+/*
+ * May heap have been truncated in place (its file cut, the relfilenode
+ * kept)?  Only where this transaction created the relation or its current
+ * storage (16 renamed the field).
+ */
+static inline bool
+compat_storage_new_in_xact(Relation heap)
+{
+#if PG_VERSION_NUM >= 160000
+	SubTransactionId new_storage = heap->rd_newRelfilelocatorSubid;
+#else
+	SubTransactionId new_storage = heap->rd_newRelfilenodeSubid;
+#endif
+
+	return heap->rd_createSubid != InvalidSubTransactionId ||
+		new_storage != InvalidSubTransactionId;
+}
+
 /* 18 added an instrumentation argument (EXPLAIN ANALYZE's; none here) */
 static inline IndexScanDesc
 compat_index_beginscan(Relation heap, Relation index, Snapshot snapshot,

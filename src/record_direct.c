@@ -1173,6 +1173,14 @@ fetch_claim_row(Relation heap, const IdemRowAddress *row, Snapshot snapshot,
 		row->relfilenode != heap->rd_rel->relfilenode ||
 		!ItemPointerIsValid(&row->tid) || IsolationIsSerializable())
 		return false;
+	/*
+	 * A TRUNCATE of storage this transaction made cuts the file and keeps
+	 * the relfilenode: the block may be gone (checked only then, as it
+	 * costs an lseek).
+	 */
+	if (compat_storage_new_in_xact(heap) &&
+		ItemPointerGetBlockNumber(&row->tid) >= RelationGetNumberOfBlocks(heap))
+		return false;
 	tid = row->tid;
 	if (!table_tuple_fetch_row_version(heap, &tid, snapshot, slot))
 		return false;
