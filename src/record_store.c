@@ -183,8 +183,8 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 	/*
 	 * One batch of expired records, in the order the plan finds them: a
 	 * bitmap scan of the BRIN index on expires_at reads only the block
-	 * ranges that may hold expired records (idem_store_purge plans it
-	 * without sequential scans).  SKIP
+	 * ranges that may hold expired records (or a sequential scan, which
+	 * stops at the batch's end, where most records have expired).  SKIP
 	 * LOCKED: a record that a claim is reclaiming right now is left to it,
 	 * and purge never waits for a claim.  The DELETE takes the row
 	 * versions the batch has locked (and found expired, in their newest
