@@ -25,6 +25,7 @@ const SERIALIZATION_FAILURE = "DO $$ BEGIN RAISE EXCEPTION 'test conflict' USING
 
 const thrownOnce = new Set();
 const conflictedOnce = new Set();
+const conflictedAtCommitOnce = new Set();
 
 const tenantOf = (req) => req.headers['x-tenant'] ?? 'default';
 
@@ -63,6 +64,17 @@ const handlers = {
     }
     reply(201, { 'content-type': 'application/json' }, JSON.stringify({ order_id: id }));
   },
+  // the same, raised at COMMIT (a deferred constraint trigger, see
+  // helpers.js: setupDatabase), after the handler has answered
+  async conflictAtCommit(idem, body, tenant, reply, query) {
+    const db = await idem.begin();
+    const id = await placeOrder(db, idem.key, body, tenant);
+    if (!conflictedAtCommitOnce.has(idem.key) || query.always) {
+      conflictedAtCommitOnce.add(idem.key);
+      await db.query('INSERT INTO commit_conflict VALUES ($1)', [idem.key]);
+    }
+    reply(201, { 'content-type': 'application/json' }, JSON.stringify({ order_id: id }));
+  },
   async binary(idem, body, tenant, reply) {
     await placeOrder(await idem.begin(), idem.key, {}, tenant);
     reply(200, { 'content-type': 'application/octet-stream' },
@@ -95,6 +107,7 @@ export const ROUTES = [
   ['/orders/404', 'answer404', {}],
   ['/orders/404-not-stored', 'answer404', { storeClientErrors: false }],
   ['/orders/conflict', 'conflict', {}],
+  ['/orders/conflict-at-commit', 'conflictAtCommit', {}],
   ['/orders/leased', 'leased', { lease: 30000 }],
 ];
 

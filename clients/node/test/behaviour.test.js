@@ -139,6 +139,25 @@ for (const framework of FRAMEWORKS) {
         assert.equal(await record(always), undefined);
       });
 
+      test('a serialization failure at COMMIT, after the handler answered: run again; past the retries 503', async () => {
+        const key = k('conflict-at-commit');
+        const r = await post(app.url, '/orders/conflict-at-commit', { key, body: { sku: 'c' } });
+        assert.equal(r.status, 201);
+        assert.equal(r.headers['idempotent-replayed'], undefined);
+        assert.deepEqual(await ordersOf([key]), { [key]: 1 });
+        assert.equal((await record(key)).status, 'succeeded');
+        const again = await post(app.url, '/orders/conflict-at-commit', { key, body: { sku: 'c' } });
+        assert.equal(again.headers['idempotent-replayed'], 'true');
+        assert.ok(again.body.equals(r.body));
+        const always = k('conflict-at-commit-always');
+        const out = await post(app.url, '/orders/conflict-at-commit?always=1', { key: always, body: { sku: 'c' } });
+        assert.equal(out.status, 503);
+        assert.equal(out.headers['retry-after'], '1');
+        assert.equal(json(out).type, 'urn:idempotency:retry');
+        assert.deepEqual(await ordersOf([always]), {});
+        assert.equal(await record(always), undefined);
+      });
+
       test('a duplicate of a request in flight: 409 + Retry-After at once, or the replay after polling', async () => {
         const key = k('inflight');
         const polled = k('polled');
