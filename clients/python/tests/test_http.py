@@ -131,6 +131,19 @@ def test_serialization_failure_is_retried(app):
     assert orders_of([always]) == {} and record(always) is None
 
 
+def test_serialization_failure_at_commit_is_retried(app):
+    key = unique_key("conflict-at-commit")
+    status, headers, body = post(app, "/orders/conflict-at-commit", key=key, body={"sku": "c"})
+    assert status == 201 and "idempotent-replayed" not in headers
+    assert orders_of([key]) == {key: 1} and record(key)[0] == "succeeded"
+    again = post(app, "/orders/conflict-at-commit", key=key, body={"sku": "c"})
+    assert again[1]["idempotent-replayed"] == "true" and again[2] == body
+    always = unique_key("conflict-at-commit-always")
+    status, headers, body = post(app, "/orders/conflict-at-commit?always=1", key=always, body={"sku": "c"})
+    assert status == 503 and headers["retry-after"] == "1" and problem_type(body) == "urn:idempotency:retry"
+    assert orders_of([always]) == {} and record(always) is None
+
+
 def test_in_flight_duplicate_409_or_polled_replay(app):
     key, polled = unique_key("inflight"), unique_key("polled")
     results = {}

@@ -12,6 +12,7 @@ from .models import Order
 GATE = 7401
 thrown_once = set()
 conflicted_once = set()
+conflicted_at_commit_once = set()
 
 
 def tenant_of(request):
@@ -78,6 +79,16 @@ def conflict(request):
 
 
 @require_POST
+def conflict_at_commit(request):
+    order_id = place_order(request, body_of(request))
+    if request.idempotency.key not in conflicted_at_commit_once or request.GET.get("always"):
+        conflicted_at_commit_once.add(request.idempotency.key)
+        with connection.cursor() as cur:
+            cur.execute("INSERT INTO commit_conflict VALUES (%s)", [request.idempotency.key])
+    return as_json({"order_id": order_id}, 201)
+
+
+@require_POST
 def binary(request):
     place_order(request, {})
     return HttpResponse(bytes([0, 255, 254, 1]) + request.body, status=200, content_type="application/octet-stream")
@@ -100,5 +111,5 @@ def leased(request):
 ROUTES = {
     "/orders": order, "/orders/optional": order, "/orders/wait": order, "/orders/throw": throw_after_insert,
     "/orders/503": answer_503, "/orders/404": answer_404, "/orders/404-not-stored": answer_404,
-    "/orders/conflict": conflict, "/orders/leased": leased, "/binary": binary,
+    "/orders/conflict": conflict, "/orders/conflict-at-commit": conflict_at_commit, "/orders/leased": leased, "/binary": binary,
 }
