@@ -130,24 +130,38 @@ async function prepare(client, setup) {
 // claim(o, request) with request = {key, scope, method, path, body}:
 // -> {answer} (replay, 409, or a problem), or {state} for a claimed key, in
 // which case an in-transaction claim's client is held in its transaction.
-// A duplicate in flight is polled without holding a connection.
+// A duplicate in flight is polled without holding a connection; one of a
+// request this process is claiming or running waits for it in memory.
 export async function claim(o, request) {
   const deadline = Date.now() + o.waitFor;
+  const fingerprint = fingerprintOf(request.method, request.path, request.body);
+  let flight = null;
+  if (o.lease == null) {
+    const local = flightOf(o.pool, request, fingerprint);
+    if (local && (local.claimed || o.waitFor > 0)) {
+      if (o.waitFor <= 0) return { answer: inProgress(1) };
+      const stored = await awaitFlight(local, deadline - Date.now());
+      if (stored === undefined) return { answer: inProgress(1) };
+      if (stored) return { answer: decodeStored(stored) };
+      // nothing committed there: this request claims at the server
+    }
+    flight = takeOff(o.pool, request, fingerprint);
+  }
+  try {
+    const claimed = await claimAtServer(o, request, fingerprint, deadline, flight);
+    if (flight && !claimed.state) land(flight, claimed.stored ?? null);
+    return claimed;
+  } catch (err) {
+    if (flight) land(flight, null);
+    throw err;
+  }
+}
+
+async function claimAtServer(o, request, fingerprint, deadline, flight) {
   let conflicts = 0;
   let polls = 0;
   let reprepared = false;
-  const fingerprint = fingerprintOf(request.method, request.path, request.body);
   const leased = o.lease != null;
-  // a duplicate of a request this process is running: its end is awaited
-  // here, with no round trip (the database would say in_progress)
-  const local = leased ? null : flightOf(o.pool, request, fingerprint);
-  if (local) {
-    if (o.waitFor <= 0) return { answer: inProgress(1) };
-    const stored = await awaitFlight(local, o.waitFor);
-    if (stored === undefined) return { answer: inProgress(1) };
-    if (stored) return { answer: decodeStored(stored) };
-    // it failed and released the key: claimed at the server below
-  }
   for (;;) {
     const client = await o.pool.connect();
     const { setup, sql } = claimSql(client, o, { ...request, fingerprint });
@@ -175,12 +189,12 @@ export async function claim(o, request) {
           o, key: request.key, scope: request.scope, fence: Number(row.fence),
           recoveryPoint: row.recovery_point, client: leased ? null : client, lit: literal(client),
           lastError: null, unknown: false, done: false, timer: null, attempt: 0, request,
-          flight: leased ? null : takeOff(o.pool, request, fingerprint),
+          flight: flight && Object.assign(flight, { claimed: true }),
         },
       };
     }
     if (leased) releaseClient(client); else await rollback(client);
-    if (row.outcome === 'replay') return { answer: decodeStored(row.result) };
+    if (row.outcome === 'replay') return { answer: decodeStored(row.result), stored: row.result };
     // from pollFrom, doubling up to the server's retry_after, with jitter:
     // soon after a short request commits, seldom for a long one
     const wait = Math.min(row.retry_after * 1000, o.pollFrom * 2 ** polls++) * (0.5 + Math.random() / 2);

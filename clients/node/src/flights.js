@@ -1,10 +1,11 @@
-// The claims this process holds in a transaction, per pool, so that a
-// duplicate arriving meanwhile needs no round trip: it is answered 409 at
-// once, or waits for the claim's end and is answered with the response
-// that committed (what a claim would then replay), or claims at the server
-// if nothing committed.  Only a duplicate with the same fingerprint input
-// (method, path, body) waits here; any other goes to the server, which
-// decides (422 for another request).
+// The claims this process is sending or holds in a transaction, per pool,
+// so that a duplicate arriving meanwhile needs no round trip: it is
+// answered 409 at once (once the key is claimed), or waits for the claim's
+// end and is answered with the response that committed (what a claim would
+// then replay), or claims at the server itself if nothing committed.  Only
+// a duplicate with the same fingerprint input (method, path, body) waits
+// here; any other goes to the server, which decides (422 for another
+// request).
 
 const byPool = new WeakMap();
 
@@ -27,16 +28,20 @@ export function flightOf(pool, request, fingerprint) {
   return flight && flight.same === sameOf(fingerprint) ? flight : null;
 }
 
-// a claim of this process: duplicates find it until land()
+// a claim this process sends: duplicates find it until land(); null if
+// another request of this process has the key (it goes to the server)
 export function takeOff(pool, request, fingerprint) {
-  const flight = { pool, id: idOf(request), same: sameOf(fingerprint), done: null, landed: null };
+  const map = flights(pool);
+  const id = idOf(request);
+  if (map.has(id)) return null;
+  const flight = { pool, id, same: sameOf(fingerprint), claimed: false, done: null, landed: null };
   flight.landed = new Promise((resolve) => { flight.done = resolve; });
-  flights(pool).set(flight.id, flight);
+  map.set(id, flight);
   return flight;
 }
 
-// the claim ended: stored is the stored form of its committed response, or
-// null when nothing was committed
+// the claim ended: stored is the stored form of its committed response (or
+// of the one the server replayed), or null when nothing was committed
 export function land(flight, stored) {
   const map = flights(flight.pool);
   if (map.get(flight.id) === flight) map.delete(flight.id);
