@@ -414,7 +414,8 @@ B6_KEYS=$(redis dbsize)
 # storm (every key sent 5 times concurrently), variants alternated per run;
 # then each variant's app killed with kill -9 mid-storm (bench/http/fault.js).
 # idempotency.retry_after is 20 ms there, the order of the handler's time:
-# a polling duplicate (package-wait) claims again after 10-20 ms, not 0.5-1 s.
+# a duplicate of another process's request would poll every 10-20 ms at most
+# (package-wait's duplicates of the app's own requests wait in memory).
 B9_VARIANTS=(none express-idempotency node-idempotency package)
 B9_PORT=${IDEM_B9_PORT:-18380}
 b9_app_start() {  # VARIANT: the app on B9_PORT, its pid file registered
@@ -644,7 +645,7 @@ echo
 r=$(ratio b9_package_new b9_node-idempotency_new)
 r2=$(ratio b9_package_new b9_express-idempotency_new)
 echo "clients/node against the faster Redis variant on new keys: $(fmt "$(awk -v a="$r" -v b="$r2" 'BEGIN {print (a < b ? a : b)}')" 2)x (target >= 1.0);" \
-     "storm polling duplicates (waitFor 10 s) against 409 at once: $(fmt "$(ratio b9_package-wait_storm b9_package_storm)" 2)x (target >= 0.8)."
+     "storm with duplicates waiting (waitFor 10 s) against 409 at once: $(fmt "$(ratio b9_package-wait_storm b9_package_storm)" 2)x (target >= 0.8)."
 echo "kill -9: the app killed after 1000 answers of a 50-client storm, restarted, every key sent retried up to 5 times" \
      "(Retry-After honoured, at most 2 s); keys sent: $(for v in "${B9_VARIANTS[@]}"; do printf '%s %s; ' "$v" "$(b9_field "kill.$v" keys)"; done)"
 echo "Redis killed: redis-server killed with kill -9 after 1000 answers of the same storm and started again (empty)," \
