@@ -54,26 +54,21 @@ const handlers = {
     await placeOrder(await idem.begin(), idem.key, body, tenant);
     reply(404, { 'content-type': 'application/json' }, JSON.stringify({ missing: body.sku, n: Math.random() }));
   },
-  // a serialization failure the first time a key is seen, or always
-  async conflict(idem, body, tenant, reply, query) {
+  // a serialization failure the first time a key is seen, or always: in
+  // the handler, or at COMMIT (a deferred constraint trigger, see
+  // helpers.js: setupDatabase), after the handler has answered
+  async conflict(idem, body, tenant, reply, query, atCommit) {
     const db = await idem.begin();
     const id = await placeOrder(db, idem.key, body, tenant);
-    if (!conflictedOnce.has(idem.key) || query.always) {
-      conflictedOnce.add(idem.key);
-      await db.query(SERIALIZATION_FAILURE);
+    const seen = atCommit ? conflictedAtCommitOnce : conflictedOnce;
+    if (!seen.has(idem.key) || query.always) {
+      seen.add(idem.key);
+      await (atCommit ? db.query('INSERT INTO commit_conflict VALUES ($1)', [idem.key]) : db.query(SERIALIZATION_FAILURE));
     }
     reply(201, { 'content-type': 'application/json' }, JSON.stringify({ order_id: id }));
   },
-  // the same, raised at COMMIT (a deferred constraint trigger, see
-  // helpers.js: setupDatabase), after the handler has answered
-  async conflictAtCommit(idem, body, tenant, reply, query) {
-    const db = await idem.begin();
-    const id = await placeOrder(db, idem.key, body, tenant);
-    if (!conflictedAtCommitOnce.has(idem.key) || query.always) {
-      conflictedAtCommitOnce.add(idem.key);
-      await db.query('INSERT INTO commit_conflict VALUES ($1)', [idem.key]);
-    }
-    reply(201, { 'content-type': 'application/json' }, JSON.stringify({ order_id: id }));
+  conflictAtCommit(idem, body, tenant, reply, query) {
+    return handlers.conflict(idem, body, tenant, reply, query, true);
   },
   async binary(idem, body, tenant, reply) {
     await placeOrder(await idem.begin(), idem.key, {}, tenant);

@@ -132,39 +132,27 @@ for (const framework of FRAMEWORKS) {
         assert.deepEqual(await ordersOf([keyN]), {});
       });
 
-      test('a serialization failure in the handler: run again; past the retries 503 + Retry-After', async () => {
-        const key = k('conflict');
-        const r = await post(app.url, '/orders/conflict', { key, body: { sku: 'c' } });
-        assert.equal(r.status, 201);
-        assert.equal(r.headers['idempotent-replayed'], undefined);
-        assert.deepEqual(await ordersOf([key]), { [key]: 1 });
-        const always = k('conflict-always');
-        const out = await post(app.url, '/orders/conflict?always=1', { key: always, body: { sku: 'c' } });
-        assert.equal(out.status, 503);
-        assert.equal(out.headers['retry-after'], '1');
-        assert.equal(json(out).type, 'urn:idempotency:retry');
-        assert.deepEqual(await ordersOf([always]), {});
-        assert.equal(await record(always), undefined);
-      });
-
-      test('a serialization failure at COMMIT, after the handler answered: run again; past the retries 503', async () => {
-        const key = k('conflict-at-commit');
-        const r = await post(app.url, '/orders/conflict-at-commit', { key, body: { sku: 'c' } });
-        assert.equal(r.status, 201);
-        assert.equal(r.headers['idempotent-replayed'], undefined);
-        assert.deepEqual(await ordersOf([key]), { [key]: 1 });
-        assert.equal((await record(key)).status, 'succeeded');
-        const again = await post(app.url, '/orders/conflict-at-commit', { key, body: { sku: 'c' } });
-        assert.equal(again.headers['idempotent-replayed'], 'true');
-        assert.ok(again.body.equals(r.body));
-        const always = k('conflict-at-commit-always');
-        const out = await post(app.url, '/orders/conflict-at-commit?always=1', { key: always, body: { sku: 'c' } });
-        assert.equal(out.status, 503);
-        assert.equal(out.headers['retry-after'], '1');
-        assert.equal(json(out).type, 'urn:idempotency:retry');
-        assert.deepEqual(await ordersOf([always]), {});
-        assert.equal(await record(always), undefined);
-      });
+      for (const [route, where] of [['/orders/conflict', 'in the handler'],
+        ['/orders/conflict-at-commit', 'at COMMIT, after the handler answered']]) {
+        test(`a serialization failure ${where}: run again; past the retries 503 + Retry-After`, async () => {
+          const key = k(route);
+          const r = await post(app.url, route, { key, body: { sku: 'c' } });
+          assert.equal(r.status, 201);
+          assert.equal(r.headers['idempotent-replayed'], undefined);
+          assert.deepEqual(await ordersOf([key]), { [key]: 1 });
+          assert.equal((await record(key)).status, 'succeeded');
+          const again = await post(app.url, route, { key, body: { sku: 'c' } });
+          assert.equal(again.headers['idempotent-replayed'], 'true');
+          assert.ok(again.body.equals(r.body));
+          const always = k(`${route}-always`);
+          const out = await post(app.url, `${route}?always=1`, { key: always, body: { sku: 'c' } });
+          assert.equal(out.status, 503);
+          assert.equal(out.headers['retry-after'], '1');
+          assert.equal(json(out).type, 'urn:idempotency:retry');
+          assert.deepEqual(await ordersOf([always]), {});
+          assert.equal(await record(always), undefined);
+        });
+      }
 
       // a duplicate in the same process is answered without a round trip,
       // one in the twin by the server: both are checked
