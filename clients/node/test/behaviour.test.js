@@ -16,6 +16,22 @@ const record = async (key) => (await sql(
   'SELECT status, fence, recovery_point FROM idempotent_record WHERE key = $1', [key],
 ))[0];
 
+// Two requests held in flight at the gate: key on /orders (its duplicates
+// answer 409 at once) and polled on /orders/wait (its duplicates wait).
+async function twoInFlight(url, key, polled) {
+  const gate = await holdGate(GATE);
+  const body = { sku: 'g', gate: true };
+  const first = post(url, '/orders', { key, body });
+  const second = post(url, '/orders/wait', { key: polled, body });
+  try {
+    await waitersAtGate(GATE, 2);
+  } catch (err) {
+    await gate.release();
+    throw err;
+  }
+  return { gate, first, second };
+}
+
 for (const framework of FRAMEWORKS) {
   for (const [target, dsn, options] of TARGETS) {
     describe(`${framework}, ${target}`, () => {
@@ -159,14 +175,9 @@ for (const framework of FRAMEWORKS) {
       test('a duplicate of a request in flight: 409 + Retry-After at once, or the replay after waiting', async () => {
         const key = k('inflight');
         const polled = k('polled');
-        const gate = await holdGate(GATE);
-        let first;
-        let second;
+        const { gate, first, second } = await twoInFlight(app.url, key, polled);
         let waiting;
         try {
-          first = post(app.url, '/orders', { key, body: { sku: 'g', gate: true } });
-          second = post(app.url, '/orders/wait', { key: polled, body: { sku: 'g', gate: true } });
-          await waitersAtGate(GATE, 2);
           for (const url of [app.url, twin.url]) {
             const dup = await post(url, '/orders', { key, body: { sku: 'g', gate: true } });
             assert.equal(dup.status, 409);
@@ -276,14 +287,9 @@ describe('SQLSTATEs of the connection', () => {
       const app = await listen(framework, { pool: counting });
       const key = uniqueKey(`local-${framework}`);
       const polled = uniqueKey(`local-polled-${framework}`);
-      const gate = await holdGate(GATE);
-      let first;
-      let second;
+      const { gate, first, second } = await twoInFlight(app.url, key, polled);
       let waiting;
       try {
-        first = post(app.url, '/orders', { key, body: { sku: 'g', gate: true } });
-        second = post(app.url, '/orders/wait', { key: polled, body: { sku: 'g', gate: true } });
-        await waitersAtGate(GATE, 2);
         const before = connects;
         const dup = await post(app.url, '/orders', { key, body: { sku: 'g', gate: true } });
         assert.equal(dup.status, 409);
