@@ -82,10 +82,11 @@ mkdir -p "$WORK" && chmod 777 "$WORK"
 REDIS_DIR=$CLUSTER_DIR/redis
 mkdir -p "$REDIS_DIR" && chmod 777 "$REDIS_DIR"
 server_register "$REDIS_DIR/redis.pid" redis-server
-as_cluster_user redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --protected-mode yes \
-    --unixsocket "$REDIS_DIR/redis.sock" --unixsocketperm 777 \
-    --save '' --appendonly no --daemonize yes --dir "$REDIS_DIR" \
-    --pidfile "$REDIS_DIR/redis.pid" --logfile "$REDIS_DIR/redis.log" || exit 1
+REDIS_ARGS=(--bind 127.0.0.1 --port "$REDIS_PORT" --protected-mode yes
+    --unixsocket "$REDIS_DIR/redis.sock" --unixsocketperm 777
+    --save '' --appendonly no --daemonize yes --dir "$REDIS_DIR"
+    --pidfile "$REDIS_DIR/redis.pid" --logfile "$REDIS_DIR/redis.log")
+as_cluster_user redis-server "${REDIS_ARGS[@]}" || exit 1
 for _ in $(seq 50); do
     redis-cli -s "$REDIS_DIR/redis.sock" ping >/dev/null 2>&1 && break
     sleep 0.1
@@ -508,7 +509,8 @@ part sizes && { bench_sizes || FAILED_ROWS+=(sizes); }
 # storm (every key sent 5 times concurrently), variants alternated per run;
 # then each variant's app killed with kill -9 mid-storm (bench/http/fault.js).
 # idempotency.retry_after is 20 ms there, the order of the handler's time:
-# a polling duplicate (package-wait) claims again after 10-20 ms, not 0.5-1 s.
+# a duplicate of another process's request would poll every 10-20 ms at most
+# (package-wait's duplicates of the app's own requests wait in memory).
 B9_VARIANTS=(none express-idempotency node-idempotency package)
 B9_PORT=${IDEM_B9_PORT:-18380}
 b9_app_start() {  # VARIANT: the app on B9_PORT, its pid file registered
@@ -555,12 +557,29 @@ bench_http_middlewares() {
             server_stop "$WORK/b9-app.pid"
         done
     done
-    for v in "${B9_VARIANTS[@]}"; do
-        out=$(cd bench/http && node fault.js "$v" "$B9_PORT" "kill-$v") \
-            || { say "B9: fault run of $v failed"; FAILED_ROWS+=("b9_fault_$v"); continue; }
-        B9_FAULT[$v]=$out
-        printf '    %-26s %s\n' "kill -9 $v" "$out" >&2
+    # "Redis killed": kill -9 of redis-server mid-storm, then the same
+    # server started again, empty (no persistence, as in the rest of make bench)
+    export BENCH_REDIS_RESTART=$WORK/redis-restart.sh
+    {
+        echo '#!/bin/sh'
+        echo "kill -9 \$(cat $REDIS_DIR/redis.pid)"
+        echo "while kill -0 \$(cat $REDIS_DIR/redis.pid) 2>/dev/null; do sleep 0.05; done"
+        printf 'runuser -u %s -- redis-server' "$CLUSTER_OS_USER"
+        printf ' %q' "${REDIS_ARGS[@]}"
+        echo
+    } >"$BENCH_REDIS_RESTART"
+    [ "$(id -u)" -eq 0 ] || sed -i 's/^runuser -u [^ ]* -- //' "$BENCH_REDIS_RESTART"
+    chmod 755 "$BENCH_REDIS_RESTART"
+    for mode in kill throw redis; do
+        for v in "${B9_VARIANTS[@]}"; do
+            [ "$mode" = redis ] && [[ $v != *idempotency ]] && continue  # no Redis there
+            out=$(cd bench/http && node fault.js "$v" "$B9_PORT" "$mode-$v" "$mode") \
+                || { say "B9: $mode fault run of $v failed"; FAILED_ROWS+=("b9_${mode}_$v"); continue; }
+            B9_FAULT[$mode.$v]=$out
+            printf '    %-32s %s\n' "$mode $v" "$out" >&2
+        done
     done
+    redis ping >/dev/null || { say "B9: redis-server did not come back"; return 1; }
 }
 declare -A B9_FAULT
 part base && { bench_http_middlewares || FAILED_ROWS+=(b9); }
@@ -676,7 +695,7 @@ done
 
 # --- B9 table ------------------------------------------------------------
 b9_row() { printf '| %-34s | %16s | %16s | %16s | %16s |\n' "$@"; }
-b9_field() { sed -n "s/.*$2=\([0-9]*\).*/\1/p" <<<"${B9_FAULT[$1]:-}"; }
+b9_field() { sed -n "s/.* $2=\([0-9]*\).*/\1/p; s/^$2=\([0-9]*\).*/\1/p" <<<"${B9_FAULT[$1]:-}"; }
 part base && {
 echo
 echo "B9 — Express 5 POST /orders, pg pool 10, wrk -t$THREADS -c50 -d${DURATION}s, median of $RUNS runs;" \
@@ -695,15 +714,30 @@ cells=()
 for v in "${B9_VARIANTS[@]}"; do cells+=("$(total "b9_${v}_storm_dup")"); done
 b9_row "storm: duplicate rows (all runs)" "${cells[@]}"
 cells=()
-for v in "${B9_VARIANTS[@]}"; do cells+=("$(b9_field "$v" duplicated) / $(b9_field "$v" unanswered) / $(b9_field "$v" stuck)"); done
+for v in "${B9_VARIANTS[@]}"; do cells+=("$(b9_field "kill.$v" duplicated) / $(b9_field "kill.$v" unanswered) / $(b9_field "kill.$v" stuck)"); done
 b9_row "kill -9: 2+ rows / no 2xx / 409" "${cells[@]}"
+cells=()
+for v in "${B9_VARIANTS[@]}"; do
+    if [[ $v != *idempotency ]]; then cells+=("not used")
+    elif [ "$(b9_field "redis.$v" crashed)" = 1 ]; then cells+=("app died; $(b9_field "redis.$v" duplicated) / $(b9_field "redis.$v" unanswered)")
+    else cells+=("$(b9_field "redis.$v" duplicated) / $(b9_field "redis.$v" unanswered)"); fi
+done
+b9_row "Redis killed: 2+ rows / no 2xx" "${cells[@]}"
+cells=()
+for v in "${B9_VARIANTS[@]}"; do cells+=("$(b9_field "throw.$v" duplicated) / $(b9_field "throw.$v" stuck) / $(b9_field "throw.$v" failed)"); done
+b9_row "handler throws: 2+ rows / 409 / 5xx" "${cells[@]}"
 echo
 r=$(ratio b9_package_new b9_node-idempotency_new)
 r2=$(ratio b9_package_new b9_express-idempotency_new)
 echo "clients/node against the faster Redis variant on new keys: $(fmt "$(awk -v a="$r" -v b="$r2" 'BEGIN {print (a < b ? a : b)}')" 2)x (target >= 1.0);" \
-     "storm polling duplicates (waitFor 10 s) against 409 at once: $(fmt "$(ratio b9_package-wait_storm b9_package_storm)" 2)x (target >= 0.8)."
+     "storm with duplicates waiting (waitFor 10 s) against 409 at once: $(fmt "$(ratio b9_package-wait_storm b9_package_storm)" 2)x (target >= 0.8)."
 echo "kill -9: the app killed after 1000 answers of a 50-client storm, restarted, every key sent retried up to 5 times" \
-     "(Retry-After honoured, at most 2 s); keys sent: $(for v in "${B9_VARIANTS[@]}"; do printf '%s %s; ' "$v" "$(b9_field "$v" keys)"; done)"
+     "(Retry-After honoured, at most 2 s); keys sent: $(for v in "${B9_VARIANTS[@]}"; do printf '%s %s; ' "$v" "$(b9_field "kill.$v" keys)"; done)"
+echo "Redis killed: redis-server killed with kill -9 after 1000 answers of the same storm and started again (empty)," \
+     "the storm run on for 1000 more answers, then every key retried the same way (app died: the Node.js process" \
+     "exited on its own and was started again for the retries)." \
+     "Handler throws: 100 keys sent once to a handler that fails after its insert the first time it sees a key," \
+     "then retried the same way; 409 / 5xx: keys with an order whose last answer was that (no 2xx)."
 }
 # --- end of B9 table -------------------------------------------------------
 

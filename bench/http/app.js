@@ -9,6 +9,8 @@
 //   package              this repository's clients/node (pg-idempotency-key),
 //                        prepare: true (the app connects directly);
 //                        package-wait: the same, duplicates polling up to 10 s
+// POST /orders/throw is the same handler throwing after its insert the
+// first time a key is seen (fault.js, "handler throws").
 // node app.js VARIANT PORT   (BENCH_DSN, BENCH_REDIS_URL); pg pool of 10.
 import express from 'express';
 import pg from 'pg';
@@ -21,6 +23,14 @@ app.use(express.json());
 
 const INSERT = 'INSERT INTO bench_http_order (idempotency_key, sku, qty) VALUES ($1, $2, $3) RETURNING id';
 const orderBody = (id, body) => ({ order_id: id, sku: body.sku, qty: body.qty });
+const thrownOnce = new Set();
+// after the insert: a handler that fails the first time it sees a key
+function failOnce(path, key) {
+  if (path !== '/orders/throw' || thrownOnce.has(key)) return;
+  thrownOnce.add(key);
+  throw new Error('the handler failed after its insert');
+}
+const ROUTES = ['/orders', '/orders/throw'];
 
 if (variant === 'none' || variant === 'express-idempotency') {
   let service = null;
@@ -33,9 +43,10 @@ if (variant === 'none' || variant === 'express-idempotency') {
     app.use(idempotency({ dataAdapter: adapter }));
     service = getSharedIdempotencyService();
   }
-  app.post('/orders', async (req, res) => {
+  app.post(ROUTES, async (req, res) => {
     if (service && service.isHit(req)) return;
     const { rows } = await pool.query(INSERT, [req.get('idempotency-key') ?? null, req.body.sku, req.body.qty]);
+    failOnce(req.path, req.get('idempotency-key'));
     res.status(201).json(orderBody(rows[0].id, req.body));
   });
 } else if (variant === 'node-idempotency') {
@@ -50,24 +61,33 @@ if (variant === 'none' || variant === 'express-idempotency') {
     [Codes.IDEMPOTENCY_FINGERPRINT_MISSMATCH]: 422,
     [Codes.REQUEST_IN_PROGRESS]: 409,
   };
-  app.post('/orders', async (req, res) => {
+  app.post(ROUTES, async (req, res) => {
     const request = { headers: req.headers, body: req.body, path: req.path, method: req.method };
     try {
       const cached = await idempotency.onRequest(request);
-      if (cached) return res.status(cached.additional.status).json(cached.body);
+      if (cached) return res.status(cached.additional.status).json(cached.body ?? { error: cached.error });
     } catch (err) {
       return res.status(statusOf[err.code] ?? 500).json({ error: err.code });
     }
-    const { rows } = await pool.query(INSERT, [req.get('idempotency-key'), req.body.sku, req.body.qty]);
-    const body = orderBody(rows[0].id, req.body);
+    let body;
+    try {
+      const { rows } = await pool.query(INSERT, [req.get('idempotency-key'), req.body.sku, req.body.qty]);
+      failOnce(req.path, req.get('idempotency-key'));
+      body = orderBody(rows[0].id, req.body);
+    } catch (err) {
+      // the README's way: the error is the response stored
+      await idempotency.onResponse(request, { error: err.message, additional: { status: 500 } });
+      return res.status(500).json({ error: err.message });
+    }
     await idempotency.onResponse(request, { body, additional: { status: 201 } });
     return res.status(201).json(body);
   });
 } else if (variant === 'package' || variant === 'package-wait') {
   // a direct connection: the claim and idem_finish as prepared statements
   const idem = expressIdempotency({ pool, prepare: true, waitFor: variant === 'package-wait' ? 10000 : 0 });
-  app.post('/orders', idem, async (req, res) => {
+  app.post(ROUTES, idem, async (req, res) => {
     const { rows } = await req.idempotency.client.query(INSERT, [req.idempotency.key, req.body.sku, req.body.qty]);
+    failOnce(req.path, req.idempotency.key);
     res.status(201).json(orderBody(rows[0].id, req.body));
   });
 } else {

@@ -25,6 +25,8 @@ export interface IdempotencyOptions<Req = unknown> {
   heartbeat?: number | null;
   /** How long a duplicate of a request in flight polls for its outcome, in milliseconds, before 409 (default 0). */
   waitFor?: number;
+  /** A duplicate of a request in another process: first poll after this many ms (with jitter), doubling up to the server's retry_after (default 25). */
+  pollFrom?: number;
   /** Re-runs of a request after 40001 or 40P01 (default 3). */
   retries?: number;
   /** Server-side prepared statements for the claim and idem_finish (default false; not behind a transaction-pooling PgBouncer). */

@@ -1,7 +1,9 @@
 // The framework-independent part: options, key checks, the claim (with its
 // polling of a duplicate in flight), the outcome (idem_finish with COMMIT,
 // or ROLLBACK / idem_fail), and the HTTP answers of the extension's SQLSTATEs.
-// The statements themselves are in statements.js.
+// The statements themselves are in statements.js; the requests of this
+// process in flight in flights.js.
+import { awaitFlight, flightOf, land, takeOff } from './flights.js';
 import { decodeStored, encodeStored, problem } from './response.js';
 import {
   claimSql, fingerprintOf, finishSql, forgetPrepared, literal, markPrepared,
@@ -17,6 +19,7 @@ const DEFAULTS = {
   lease: null,
   heartbeat: null,
   waitFor: 0,
+  pollFrom: 25,
   retries: 3,
   maxKeyLength: 255,
   prepare: false,
@@ -127,15 +130,40 @@ async function prepare(client, setup) {
 // claim(o, request) with request = {key, scope, method, path, body}:
 // -> {answer} (replay, 409, or a problem), or {state} for a claimed key, in
 // which case an in-transaction claim's client is held in its transaction.
-// A duplicate in flight is polled without holding a connection.
+// A duplicate in flight is polled without holding a connection; one of a
+// request this process is claiming or running waits for it in memory.
 export async function claim(o, request) {
   const deadline = Date.now() + o.waitFor;
-  let conflicts = 0;
-  let reprepared = false;
   const fingerprint = fingerprintOf(request.method, request.path, request.body);
+  let flight = null;
+  if (o.lease == null) {
+    const local = flightOf(o.pool, request, fingerprint);
+    if (local && (local.claimed || o.waitFor > 0)) {
+      if (o.waitFor <= 0) return { answer: inProgress(1) };
+      const stored = await awaitFlight(local, deadline - Date.now());
+      if (stored === undefined) return { answer: inProgress(1) };
+      if (stored) return { answer: decodeStored(stored) };
+      // nothing committed there: this request claims at the server
+    }
+    flight = takeOff(o.pool, request, fingerprint);
+  }
+  try {
+    const claimed = await claimAtServer(o, request, fingerprint, deadline, flight);
+    if (flight && !claimed.state) land(flight, claimed.stored ?? null);
+    return claimed;
+  } catch (err) {
+    if (flight) land(flight, null);
+    throw err;
+  }
+}
+
+async function claimAtServer(o, request, fingerprint, deadline, flight) {
+  let conflicts = 0;
+  let polls = 0;
+  let reprepared = false;
+  const leased = o.lease != null;
   for (;;) {
     const client = await o.pool.connect();
-    const leased = o.lease != null;
     const { setup, sql } = claimSql(client, o, { ...request, fingerprint });
     let row;
     try {
@@ -161,12 +189,15 @@ export async function claim(o, request) {
           o, key: request.key, scope: request.scope, fence: Number(row.fence),
           recoveryPoint: row.recovery_point, client: leased ? null : client, lit: literal(client),
           lastError: null, unknown: false, done: false, timer: null, attempt: 0, request,
+          flight: flight && Object.assign(flight, { claimed: true }),
         },
       };
     }
     if (leased) releaseClient(client); else await rollback(client);
-    if (row.outcome === 'replay') return { answer: decodeStored(row.result) };
-    const wait = row.retry_after * 1000 * (0.5 + Math.random() / 2);
+    if (row.outcome === 'replay') return { answer: decodeStored(row.result), stored: row.result };
+    // from pollFrom, doubling up to the server's retry_after, with jitter:
+    // soon after a short request commits, seldom for a long one
+    const wait = Math.min(row.retry_after * 1000, o.pollFrom * 2 ** polls++) * (0.5 + Math.random() / 2);
     if (Date.now() + wait > deadline) return { answer: inProgress(row.retry_after) };
     await sleep(wait);
   }
@@ -262,6 +293,17 @@ function retryOr(state, err) {
 export async function complete(state, response) {
   if (state.done) return response;
   state.done = true;
+  let stored = null;
+  try {
+    return await completeOnce(state, response, (committed) => { stored = committed; });
+  } finally {
+    // local duplicates waiting for this request: its stored response, or
+    // null (nothing committed: they claim at the server)
+    if (state.flight) land(state.flight, stored);
+  }
+}
+
+async function completeOnce(state, response, committed) {
   if (state.timer) clearInterval(state.timer);
   const { o } = state;
   const leased = o.lease != null;
@@ -282,9 +324,10 @@ export async function complete(state, response) {
   }
   const target = client || await o.pool.connect();
   try {
-    const finish = finishSql(target, state.key, state.scope, encodeStored(response, o.storedHeaders),
-      leased ? state.fence : null);
+    const stored = encodeStored(response, o.storedHeaders);
+    const finish = finishSql(target, state.key, state.scope, stored, leased ? state.fence : null);
     await target.query(client ? `${finish}; COMMIT` : finish);
+    committed(stored);
     releaseClient(target);
     return response;
   } catch (err) {

@@ -1,12 +1,21 @@
 // Fastify plugin: the claim in preHandler (after the body is parsed), the
 // outcome in onSend with the serialized payload, before a byte is sent.
 // Routes opt out or change settings with config: { idempotency: ... }.
+// A serialization failure or deadlock rolls everything back and runs the
+// route's handler again: in the handler (the error it throws), or at
+// COMMIT in onSend (its answer is then produced again there).
 import fp from 'fastify-plugin';
 import {
   RETRY, abort, admit, answerOf, claim, complete, handlerApi, isRetryable, resolveOptions, routeOptions,
 } from './core.js';
+import { problem } from './response.js';
+
+const internalError = problem(500, 'internal', 'Internal Server Error', 'The request failed when it was run again.');
 
 const kState = Symbol('idempotency state');
+const kHandler = Symbol('idempotency route handler');
+const kEntry = Symbol('idempotency response at entry');
+const kInReply = Symbol('idempotency answer already in the reply');
 
 async function payloadBytes(payload) {
   if (payload === null || payload === undefined) return Buffer.alloc(0);
@@ -20,6 +29,64 @@ async function payloadBytes(payload) {
 function sendAnswer(reply, answer) {
   reply.code(answer.status).headers(answer.headers).send(answer.body);
   return reply;
+}
+
+// The bytes Fastify's send would make of a payload the handler gave, and
+// the content-type it would set: a re-run in onSend cannot send again.
+async function serialized(reply, payload) {
+  const typed = (type) => { if (!reply.hasHeader('content-type')) reply.header('content-type', type); };
+  if (payload === undefined || payload === null) return Buffer.alloc(0);
+  if (Buffer.isBuffer(payload) || typeof payload.pipe === 'function') {
+    typed('application/octet-stream');
+    return payloadBytes(payload);
+  }
+  if (typeof payload === 'string') {
+    typed('text/plain; charset=utf-8');
+    return Buffer.from(payload);
+  }
+  typed('application/json; charset=utf-8');
+  return Buffer.from(reply.serialize(payload));
+}
+
+// Claims the key again after a rollback: -> {answer} or {state}, the new
+// state in place for the handler (request.idempotency).
+async function reclaim(request, state) {
+  const claimed = await claim(state.o, state.request);
+  if (claimed.answer) return claimed;
+  claimed.state.attempt = state.attempt + 1;
+  request[kState] = claimed.state;
+  request.idempotency = handlerApi(claimed.state);
+  return claimed;
+}
+
+// The handler run again in onSend, after a 40001/40P01 at COMMIT: the
+// reply reset to what it was before the handler, its send captured; ->
+// {status, headers, body} of its answer, or an error it threw.
+async function rerun(request, reply) {
+  reply.code(request[kEntry].status);
+  for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name);
+  reply.headers(request[kEntry].headers);
+  const { handler, context } = request[kHandler];
+  // the handler's promise may resolve to the reply, a thenable that
+  // resolves once the response is out: a send ends the wait instead
+  let payload;
+  let sent;
+  const sending = new Promise((resolve) => { sent = resolve; });
+  reply.send = function capturedSend(value) {
+    payload = value;
+    sent();
+    return reply;
+  };
+  try {
+    const ran = Promise.resolve(handler.call(context, request, reply));
+    const returned = await Promise.race([ran.then((value) => ({ value })), sending]);
+    if (returned) payload = returned.value;
+    else ran.catch(() => {}); // sent; what the handler does next is its own
+  } finally {
+    delete reply.send; // Reply.prototype.send again
+  }
+  const body = await serialized(reply, payload);
+  return { status: reply.statusCode, headers: reply.getHeaders(), body, [kInReply]: true };
 }
 
 async function idempotencyPlugin(fastify, options) {
@@ -39,10 +106,11 @@ async function idempotencyPlugin(fastify, options) {
 
   // A serialization failure or deadlock thrown by a handler: everything is
   // rolled back, the key claimed again and the handler run again, up to
-  // `retries` times (one at commit, after the handler, is answered 503).
+  // `retries` times.
   fastify.addHook('onRoute', (route) => {
     const handler = route.handler;
     route.handler = async function idempotentHandler(request, reply) {
+      request[kHandler] = { handler, context: this };
       for (;;) {
         try {
           return await handler.call(this, request, reply);
@@ -50,11 +118,8 @@ async function idempotencyPlugin(fastify, options) {
           const state = request[kState];
           if (!state || !state.key || !isRetryable(err) || state.attempt >= state.o.retries || reply.sent) throw err;
           await abort(state);
-          const claimed = await claim(state.o, state.request);
+          const claimed = await reclaim(request, state);
           if (claimed.answer) return sendAnswer(reply, claimed.answer);
-          claimed.state.attempt = state.attempt + 1;
-          request[kState] = claimed.state;
-          request.idempotency = handlerApi(claimed.state);
         }
       }
     };
@@ -69,18 +134,42 @@ async function idempotencyPlugin(fastify, options) {
     if (admitted.answer) return sendAnswer(reply, admitted.answer);
     const { state } = admitted;
     request[kState] = state;
+    request[kEntry] = { status: reply.statusCode, headers: { ...reply.getHeaders() } };
     request.idempotency = handlerApi(state);
     return undefined;
   });
+
+  // The outcome with the answer's bytes; a 40001/40P01 at COMMIT claims
+  // again and runs the handler again here, up to `retries` times.
+  async function record(request, reply, response) {
+    let answer = await complete(request[kState], response);
+    while (answer === RETRY) {
+      const claimed = await reclaim(request, request[kState]);
+      if (claimed.answer) return claimed.answer;
+      let again;
+      try {
+        again = await rerun(request, reply);
+      } catch (err) {
+        await abort(claimed.state);
+        if (!isRetryable(err) || claimed.state.attempt >= claimed.state.o.retries) {
+          return answerOf(err) ?? internalError;
+        }
+        answer = RETRY;
+        continue;
+      }
+      answer = await complete(claimed.state, again);
+      if (answer === again) return again;
+    }
+    return answer;
+  }
 
   fastify.addHook('onSend', async (request, reply, payload) => {
     const state = request[kState];
     if (!state || state.done) return payload;
     const body = await payloadBytes(payload);
     const response = { status: reply.statusCode, headers: reply.getHeaders(), body };
-    let answer = await complete(state, response);
-    if (answer === RETRY) answer = answerOf(state.lastError ?? { code: '40001' });
-    if (answer === response) return body;
+    const answer = await record(request, reply, response);
+    if (answer === response || answer[kInReply]) return answer.body;
     for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name);
     reply.code(answer.status).headers(answer.headers);
     return answer.body;

@@ -25,6 +25,7 @@ const SERIALIZATION_FAILURE = "DO $$ BEGIN RAISE EXCEPTION 'test conflict' USING
 
 const thrownOnce = new Set();
 const conflictedOnce = new Set();
+const conflictedAtCommitOnce = new Set();
 
 const tenantOf = (req) => req.headers['x-tenant'] ?? 'default';
 
@@ -53,15 +54,21 @@ const handlers = {
     await placeOrder(await idem.begin(), idem.key, body, tenant);
     reply(404, { 'content-type': 'application/json' }, JSON.stringify({ missing: body.sku, n: Math.random() }));
   },
-  // a serialization failure the first time a key is seen, or always
-  async conflict(idem, body, tenant, reply, query) {
+  // a serialization failure the first time a key is seen, or always: in
+  // the handler, or at COMMIT (a deferred constraint trigger, see
+  // helpers.js: setupDatabase), after the handler has answered
+  async conflict(idem, body, tenant, reply, query, atCommit) {
     const db = await idem.begin();
     const id = await placeOrder(db, idem.key, body, tenant);
-    if (!conflictedOnce.has(idem.key) || query.always) {
-      conflictedOnce.add(idem.key);
-      await db.query(SERIALIZATION_FAILURE);
+    const seen = atCommit ? conflictedAtCommitOnce : conflictedOnce;
+    if (!seen.has(idem.key) || query.always) {
+      seen.add(idem.key);
+      await (atCommit ? db.query('INSERT INTO commit_conflict VALUES ($1)', [idem.key]) : db.query(SERIALIZATION_FAILURE));
     }
     reply(201, { 'content-type': 'application/json' }, JSON.stringify({ order_id: id }));
+  },
+  conflictAtCommit(idem, body, tenant, reply, query) {
+    return handlers.conflict(idem, body, tenant, reply, query, true);
   },
   async binary(idem, body, tenant, reply) {
     await placeOrder(await idem.begin(), idem.key, {}, tenant);
@@ -95,6 +102,7 @@ export const ROUTES = [
   ['/orders/404', 'answer404', {}],
   ['/orders/404-not-stored', 'answer404', { storeClientErrors: false }],
   ['/orders/conflict', 'conflict', {}],
+  ['/orders/conflict-at-commit', 'conflictAtCommit', {}],
   ['/orders/leased', 'leased', { lease: 30000 }],
 ];
 

@@ -16,18 +16,42 @@ const record = async (key) => (await sql(
   'SELECT status, fence, recovery_point FROM idempotent_record WHERE key = $1', [key],
 ))[0];
 
+// Two requests held in flight at the gate: key on /orders (its duplicates
+// answer 409 at once) and polled on /orders/wait (its duplicates wait).
+async function twoInFlight(url, key, polled) {
+  const gate = await holdGate(GATE);
+  const body = { sku: 'g', gate: true };
+  const first = post(url, '/orders', { key, body });
+  const second = post(url, '/orders/wait', { key: polled, body });
+  try {
+    await waitersAtGate(GATE, 2);
+  } catch (err) {
+    await gate.release();
+    throw err;
+  }
+  return { gate, first, second };
+}
+
 for (const framework of FRAMEWORKS) {
   for (const [target, dsn, options] of TARGETS) {
     describe(`${framework}, ${target}`, () => {
       let app;
       let pool;
+      // the same app with a pool of its own, as another process would be:
+      // it learns of the first app's requests only from the server
+      let twin;
+      let twinPool;
       before(async () => {
         pool = new pg.Pool({ connectionString: dsn, max: 4 });
         app = await listen(framework, { pool, ...options });
+        twinPool = new pg.Pool({ connectionString: dsn, max: 2 });
+        twin = await listen(framework, { pool: twinPool, ...options });
       });
       after(async () => {
         await app.close();
         await pool.end();
+        await twin.close();
+        await twinPool.end();
       });
       const k = (label) => uniqueKey(`${framework}-${target}-${label}`);
 
@@ -124,41 +148,54 @@ for (const framework of FRAMEWORKS) {
         assert.deepEqual(await ordersOf([keyN]), {});
       });
 
-      test('a serialization failure in the handler: run again; past the retries 503 + Retry-After', async () => {
-        const key = k('conflict');
-        const r = await post(app.url, '/orders/conflict', { key, body: { sku: 'c' } });
-        assert.equal(r.status, 201);
-        assert.equal(r.headers['idempotent-replayed'], undefined);
-        assert.deepEqual(await ordersOf([key]), { [key]: 1 });
-        const always = k('conflict-always');
-        const out = await post(app.url, '/orders/conflict?always=1', { key: always, body: { sku: 'c' } });
-        assert.equal(out.status, 503);
-        assert.equal(out.headers['retry-after'], '1');
-        assert.equal(json(out).type, 'urn:idempotency:retry');
-        assert.deepEqual(await ordersOf([always]), {});
-        assert.equal(await record(always), undefined);
-      });
+      for (const [route, where] of [['/orders/conflict', 'in the handler'],
+        ['/orders/conflict-at-commit', 'at COMMIT, after the handler answered']]) {
+        test(`a serialization failure ${where}: run again; past the retries 503 + Retry-After`, async () => {
+          const key = k(route);
+          const r = await post(app.url, route, { key, body: { sku: 'c' } });
+          assert.equal(r.status, 201);
+          assert.equal(r.headers['idempotent-replayed'], undefined);
+          assert.deepEqual(await ordersOf([key]), { [key]: 1 });
+          assert.equal((await record(key)).status, 'succeeded');
+          const again = await post(app.url, route, { key, body: { sku: 'c' } });
+          assert.equal(again.headers['idempotent-replayed'], 'true');
+          assert.ok(again.body.equals(r.body));
+          const always = k(`${route}-always`);
+          const out = await post(app.url, `${route}?always=1`, { key: always, body: { sku: 'c' } });
+          assert.equal(out.status, 503);
+          assert.equal(out.headers['retry-after'], '1');
+          assert.equal(json(out).type, 'urn:idempotency:retry');
+          assert.deepEqual(await ordersOf([always]), {});
+          assert.equal(await record(always), undefined);
+        });
+      }
 
-      test('a duplicate of a request in flight: 409 + Retry-After at once, or the replay after polling', async () => {
+      // a duplicate in the same process is answered without a round trip,
+      // one in the twin by the server: both are checked
+      test('a duplicate of a request in flight: 409 + Retry-After at once, or the replay after waiting', async () => {
         const key = k('inflight');
         const polled = k('polled');
-        const gate = await holdGate(GATE);
-        let first;
-        let second;
+        const { gate, first, second } = await twoInFlight(app.url, key, polled);
         let waiting;
         try {
-          first = post(app.url, '/orders', { key, body: { sku: 'g', gate: true } });
-          second = post(app.url, '/orders/wait', { key: polled, body: { sku: 'g', gate: true } });
-          await waitersAtGate(GATE, 2);
-          const dup = await post(app.url, '/orders', { key, body: { sku: 'g', gate: true } });
-          assert.equal(dup.status, 409);
-          assert.equal(dup.headers['retry-after'], '1');
-          assert.equal(json(dup).type, 'urn:idempotency:in-progress');
-          // duplicates that poll (the route's waitFor): 6 of them, more than
-          // the pool's 2 free connections, and another key gets through
-          waiting = Array.from({ length: 6 }, () => post(app.url, '/orders/wait', { key: polled, body: { sku: 'g', gate: true } }));
-          const other = await post(app.url, '/orders', { key: k('other'), body: { sku: 'o' } });
-          assert.equal(other.status, 201, 'the pool is not held by waiting duplicates');
+          for (const url of [app.url, twin.url]) {
+            const dup = await post(url, '/orders', { key, body: { sku: 'g', gate: true } });
+            assert.equal(dup.status, 409);
+            assert.equal(dup.headers['retry-after'], '1');
+            assert.equal(json(dup).type, 'urn:idempotency:in-progress');
+          }
+          // a duplicate with another body is no duplicate: 422 (the server says)
+          const reused = await post(app.url, '/orders', { key, body: { sku: 'h', gate: true } });
+          assert.equal(reused.status, 422);
+          // duplicates that wait (the route's waitFor): 6 in each app, more
+          // than the pools' free connections (2 and 2; the twin's poll the
+          // server), and another key gets through
+          waiting = [app.url, twin.url].flatMap((url) => Array.from({ length: 6 },
+            () => post(url, '/orders/wait', { key: polled, body: { sku: 'g', gate: true } })));
+          for (const url of [app.url, twin.url]) {
+            const other = await post(url, '/orders', { key: k('other'), body: { sku: 'o' } });
+            assert.equal(other.status, 201, 'the pool is not held by waiting duplicates');
+          }
         } finally {
           await gate.release();
         }
@@ -240,6 +277,39 @@ describe('SQLSTATEs of the connection', () => {
     }
     await noscope.end();
     await readOnly.end();
+  });
+
+  test('a duplicate of a request this process runs takes no pooled connection', async () => {
+    const real = new pg.Pool({ connectionString: DIRECT, max: 4 });
+    let connects = 0;
+    const counting = { connect: () => { connects += 1; return real.connect(); } };
+    for (const framework of FRAMEWORKS) {
+      const app = await listen(framework, { pool: counting });
+      const key = uniqueKey(`local-${framework}`);
+      const polled = uniqueKey(`local-polled-${framework}`);
+      const { gate, first, second } = await twoInFlight(app.url, key, polled);
+      let waiting;
+      try {
+        const before = connects;
+        const dup = await post(app.url, '/orders', { key, body: { sku: 'g', gate: true } });
+        assert.equal(dup.status, 409);
+        waiting = post(app.url, '/orders/wait', { key: polled, body: { sku: 'g', gate: true } });
+        // (a duplicate sent after the waiting one: both answered with no connection taken)
+        assert.equal((await post(app.url, '/orders', { key, body: { sku: 'g', gate: true } })).status, 409);
+        assert.equal(connects, before, framework);
+      } finally {
+        await gate.release();
+      }
+      assert.equal((await first).status, 201);
+      const original = await second;
+      const replay = await waiting;
+      assert.equal(replay.status, 201);
+      assert.equal(replay.headers['idempotent-replayed'], 'true');
+      assert.ok(replay.body.equals(original.body));
+      assert.equal(replay.headers.location, original.headers.location);
+      await app.close();
+    }
+    await real.end();
   });
 
   test('40001 on the claim is retried a bounded number of times', async () => {

@@ -63,17 +63,22 @@ async def answer_404(request):
                     media_type="application/json")
 
 
-# a real 40001 from the server the first time a key is seen: retried
-conflicted_once = set()
+# a real 40001 from the server the first time a key is seen: retried; in
+# the view, or at COMMIT (a deferred trigger), after the view answered
+conflicted_once = {"/orders/conflict": set(), "/orders/conflict-at-commit": set()}
 
 
 async def conflict(request):
     idem = request.state.idempotency
     conn = await idem.begin()
     order_id = await place_order(conn, idem.key, await request.json(), tenant_of(request))
-    if idem.key not in conflicted_once or request.query_params.get("always"):
-        conflicted_once.add(idem.key)
-        await conn.execute("DO $$ BEGIN RAISE EXCEPTION 'test conflict' USING ERRCODE = '40001'; END $$")
+    seen = conflicted_once[request.url.path]
+    if idem.key not in seen or request.query_params.get("always"):
+        seen.add(idem.key)
+        if request.url.path.endswith("at-commit"):
+            await conn.execute("INSERT INTO commit_conflict VALUES (%s)", [idem.key])
+        else:
+            await conn.execute("DO $$ BEGIN RAISE EXCEPTION 'test conflict' USING ERRCODE = '40001'; END $$")
     return Response(json.dumps({"order_id": order_id}), 201, media_type="application/json")
 
 
@@ -100,7 +105,7 @@ async def leased(request):
 ROUTES = {
     "/orders": order, "/orders/optional": order, "/orders/wait": order, "/orders/throw": throw_after_insert,
     "/orders/503": answer_503, "/orders/404": answer_404, "/orders/404-not-stored": answer_404,
-    "/orders/conflict": conflict, "/orders/leased": leased, "/binary": binary,
+    "/orders/conflict": conflict, "/orders/conflict-at-commit": conflict, "/orders/leased": leased, "/binary": binary,
 }
 app = Starlette(routes=[Route(p, f, methods=["POST"]) for p, f in ROUTES.items()],
                 on_startup=[pool.open], on_shutdown=[pool.close])

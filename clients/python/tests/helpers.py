@@ -28,6 +28,13 @@ def sql(text, params=()):
 
 def setup_database():
     sql("CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, idempotency_key text, tenant text, sku text)")
+    # a row here makes COMMIT fail with a real 40001 (a deferred trigger)
+    sql("""CREATE TABLE IF NOT EXISTS commit_conflict (key text);
+           CREATE OR REPLACE FUNCTION commit_conflict() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN RAISE EXCEPTION 'conflict at commit' USING ERRCODE = '40001'; END $$;
+           DROP TRIGGER IF EXISTS commit_conflict ON commit_conflict;
+           CREATE CONSTRAINT TRIGGER commit_conflict AFTER INSERT ON commit_conflict
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION commit_conflict()""")
 
 
 def post(url, path, key=None, body=None, tenant=None, content_type="application/json"):

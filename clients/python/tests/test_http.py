@@ -120,13 +120,16 @@ def test_5xx_released_4xx_stored(app):
     assert record(key_n) is None and orders_of([key_n]) == {}
 
 
-def test_serialization_failure_is_retried(app):
-    key = unique_key("conflict")
-    status, headers, _ = post(app, "/orders/conflict", key=key, body={"sku": "c"})
+@pytest.mark.parametrize("route", ["/orders/conflict", "/orders/conflict-at-commit"], ids=["in-view", "at-commit"])
+def test_serialization_failure_is_retried(app, route):
+    key = unique_key(route)
+    status, headers, body = post(app, route, key=key, body={"sku": "c"})
     assert status == 201 and "idempotent-replayed" not in headers
-    assert orders_of([key]) == {key: 1}
-    always = unique_key("conflict-always")
-    status, headers, body = post(app, "/orders/conflict?always=1", key=always, body={"sku": "c"})
+    assert orders_of([key]) == {key: 1} and record(key)[0] == "succeeded"
+    again = post(app, route, key=key, body={"sku": "c"})
+    assert again[1]["idempotent-replayed"] == "true" and again[2] == body
+    always = unique_key(route + "-always")
+    status, headers, body = post(app, route + "?always=1", key=always, body={"sku": "c"})
     assert status == 503 and headers["retry-after"] == "1" and problem_type(body) == "urn:idempotency:retry"
     assert orders_of([always]) == {} and record(always) is None
 

@@ -182,6 +182,7 @@ class IdempotencyMiddleware:
         """-> an Idempotency handle for a claimed key, or the Response to send"""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + o.wait_for
+        polls = 0
         leased = o.lease is not None
         sql, params = claim_sql(o, key, scope_name, fp)
         while True:
@@ -205,7 +206,8 @@ class IdempotencyMiddleware:
                     await self._putconn(conn)
                 return Idempotency(self, o, key, scope_name, fence, recovery_point, None if leased else conn)
             await self._rollback(conn)
-            answer = not_claimed(outcome, result, retry_after, deadline, loop.time())
+            answer = not_claimed(o, outcome, result, retry_after, polls, deadline, loop.time())
+            polls += 1
             if isinstance(answer, Response):
                 return answer
             await asyncio.sleep(answer)

@@ -26,6 +26,7 @@ class Options:
     lease: Optional[float] = None        # seconds; None: in-transaction claim
     heartbeat: Optional[float] = None    # seconds; None: lease / 3; 0: never
     wait_for: float = 0.0                # seconds a duplicate in flight polls before 409
+    poll_from: float = 0.025             # first poll's interval, doubling up to the server's retry_after
     retries: int = 3                     # retries after 40001 / 40P01
     max_key_length: int = 255
 
@@ -166,13 +167,14 @@ def in_progress(retry_after):
                    [("retry-after", str(max(1, int(-(-retry_after // 1)))))])
 
 
-def not_claimed(outcome, result, retry_after, deadline, now):
+def not_claimed(o, outcome, result, retry_after, polls, deadline, now):
     """a claim answered 'replay' or 'in_progress' -> the Response to send,
-    or the seconds to sleep (jitter) before claiming again, while `deadline`
-    (of the clock that gave `now`) allows"""
+    or the seconds to sleep before claiming again (poll number `polls`),
+    while `deadline` (of the clock that gave `now`) allows: from poll_from,
+    doubling up to the server's retry_after, with jitter"""
     if outcome == "replay":
         return decode_stored(result)
-    wait = retry_after * (0.5 + random.random() / 2)
+    wait = min(retry_after, o.poll_from * 2 ** polls) * (0.5 + random.random() / 2)
     if now + wait > deadline:
         return in_progress(retry_after)
     return wait

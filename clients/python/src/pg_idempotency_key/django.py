@@ -123,6 +123,7 @@ class IdempotencyMiddleware:
         if o.lease is not None:
             return self._leased(o, request, key, scope, fp)
         deadline = time.monotonic() + o.wait_for
+        polls = 0
         sql, params = claim_sql(o, key, scope, fp)
         while True:
             try:
@@ -146,7 +147,8 @@ class IdempotencyMiddleware:
                     raise _Retry(sqlstate_of(exc)) from exc
                 raise
             # not claimed: the claim's transaction is over, nothing held
-            answer = not_claimed(outcome, result, retry_after, deadline, time.monotonic())
+            answer = not_claimed(o, outcome, result, retry_after, polls, deadline, time.monotonic())
+            polls += 1
             if isinstance(answer, Response):
                 return answer
             time.sleep(answer)
@@ -165,6 +167,7 @@ class IdempotencyMiddleware:
 
     def _leased(self, o, request, key, scope, fp):
         deadline = time.monotonic() + o.wait_for
+        polls = 0
         sql, params = claim_sql(o, key, scope, fp)
         while True:
             conn = connections[self.using]
@@ -173,7 +176,8 @@ class IdempotencyMiddleware:
                 outcome, result, fence, recovery_point, retry_after = cur.fetchone()
             if outcome == "claimed":
                 break
-            answer = not_claimed(outcome, result, retry_after, deadline, time.monotonic())
+            answer = not_claimed(o, outcome, result, retry_after, polls, deadline, time.monotonic())
+            polls += 1
             if isinstance(answer, Response):
                 return answer
             time.sleep(answer)

@@ -11,7 +11,7 @@ from .models import Order
 
 GATE = 7401
 thrown_once = set()
-conflicted_once = set()
+conflicted_once = {"/orders/conflict": set(), "/orders/conflict-at-commit": set()}
 
 
 def tenant_of(request):
@@ -69,11 +69,16 @@ def answer_404(request):
 
 @require_POST
 def conflict(request):
+    """a 40001 the first time a key is seen: in the view, or at COMMIT (a deferred trigger)"""
     order_id = place_order(request, body_of(request))
-    if request.idempotency.key not in conflicted_once or request.GET.get("always"):
-        conflicted_once.add(request.idempotency.key)
+    seen = conflicted_once[request.path]
+    if request.idempotency.key not in seen or request.GET.get("always"):
+        seen.add(request.idempotency.key)
         with connection.cursor() as cur:
-            cur.execute("DO $$ BEGIN RAISE EXCEPTION 'test conflict' USING ERRCODE = '40001'; END $$")
+            if request.path.endswith("at-commit"):
+                cur.execute("INSERT INTO commit_conflict VALUES (%s)", [request.idempotency.key])
+            else:
+                cur.execute("DO $$ BEGIN RAISE EXCEPTION 'test conflict' USING ERRCODE = '40001'; END $$")
     return as_json({"order_id": order_id}, 201)
 
 
@@ -100,5 +105,5 @@ def leased(request):
 ROUTES = {
     "/orders": order, "/orders/optional": order, "/orders/wait": order, "/orders/throw": throw_after_insert,
     "/orders/503": answer_503, "/orders/404": answer_404, "/orders/404-not-stored": answer_404,
-    "/orders/conflict": conflict, "/orders/leased": leased, "/binary": binary,
+    "/orders/conflict": conflict, "/orders/conflict-at-commit": conflict, "/orders/leased": leased, "/binary": binary,
 }
