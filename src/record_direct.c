@@ -1168,6 +1168,7 @@ fetch_claim_row(Relation heap, const IdemRowAddress *row, Snapshot snapshot,
 	bool		isnull;
 	TransactionId xmin;
 	ItemPointerData tid;
+	Buffer		buffer;
 
 	if (row == NULL || row->relid != RelationGetRelid(heap) ||
 		row->relfilenode != heap->rd_rel->relfilenode ||
@@ -1181,6 +1182,15 @@ fetch_claim_row(Relation heap, const IdemRowAddress *row, Snapshot snapshot,
 	if (compat_storage_new_in_xact(heap) &&
 		ItemPointerGetBlockNumber(&row->tid) >= RelationGetNumberOfBlocks(heap))
 		return false;
+	/*
+	 * What the primary key scan's heap fetch does first: prune the page if
+	 * it is worth it, so that the outcome's HOT update finds room there
+	 * (without it, dead versions stay until VACUUM and new records go to
+	 * new pages: the table grows).
+	 */
+	buffer = ReadBuffer(heap, ItemPointerGetBlockNumber(&row->tid));
+	heap_page_prune_opt(heap, buffer);
+	ReleaseBuffer(buffer);
 	tid = row->tid;
 	if (!table_tuple_fetch_row_version(heap, &tid, snapshot, slot))
 		return false;
