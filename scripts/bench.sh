@@ -10,8 +10,9 @@
 #
 #   bash scripts/bench.sh [--clients N] [--hot-clients N] [--hot-keys N]
 #                         [--threads N] [--duration S] [--runs N]
-#                         [--records N] [--replay-keys N] [--purge-rows N]
-#                         [--protocol prepared|extended]
+#                         [--records N,N...] [--b6-records N] [--replay-keys N]
+#                         [--purge-rows N] [--protocol prepared|extended]
+#                         [--part all|base|sizes]
 #   make bench BENCH_ARGS="--runs 5 --duration 20"
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,14 +24,16 @@ HOT_KEYS=16          # B3 keys per 50 ms time slot
 THREADS=2            # pgbench worker threads (-j), redis-benchmark --threads
 DURATION=8           # seconds per pgbench run (-T)
 RUNS=3               # runs of every row; the table shows medians
-RECORDS=200000       # B6 records per table
-REPLAY_KEYS=10000    # B2 finished keys
+SIZES=100000,10000000  # size axis: records already in both tables (B1, B2, B5, B6)
+B6_RECORDS=200000    # B6 records made or inserted per table
+REPLAY_KEYS=10000    # B2 finished keys (base part)
 PURGE_ROWS=200000    # B5 expired records to purge
 PROTOCOL=prepared    # pgbench -M
+PART=all             # base (every row at the base size), sizes (the size axis) or all
 REDIS_PORT=${IDEM_REDIS_PORT:-56379}
 DB=idem_bench
 
-usage() { sed -n '11,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '11,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
         --clients) CLIENTS=$2 ;;
@@ -39,7 +42,9 @@ while [ $# -gt 0 ]; do
         --threads) THREADS=$2 ;;
         --duration) DURATION=$2 ;;
         --runs) RUNS=$2 ;;
-        --records) RECORDS=$2 ;;
+        --records) SIZES=$2 ;;
+        --b6-records) B6_RECORDS=$2 ;;
+        --part) PART=$2 ;;
         --replay-keys) REPLAY_KEYS=$2 ;;
         --purge-rows) PURGE_ROWS=$2 ;;
         --protocol) PROTOCOL=$2 ;;
@@ -51,9 +56,13 @@ done
 # simple is not offered: pgbench pastes variables into the SQL text there,
 # and the scripts pass text values (run tags, keys) as parameters
 [[ $PROTOCOL =~ ^(prepared|extended)$ ]] || { say "--protocol must be prepared or extended"; usage; }
-for v in CLIENTS HOT_CLIENTS HOT_KEYS THREADS DURATION RUNS RECORDS REPLAY_KEYS PURGE_ROWS; do
+for v in CLIENTS HOT_CLIENTS HOT_KEYS THREADS DURATION RUNS B6_RECORDS REPLAY_KEYS PURGE_ROWS; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { say "$v must be a positive integer"; usage; }
 done
+[[ $SIZES =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { say "--records must be positive integers separated by commas"; usage; }
+IFS=, read -r -a SIZE_LIST <<<"$SIZES"
+[[ $PART =~ ^(all|base|sizes)$ ]] || { say "--part must be all, base or sizes"; usage; }
+part() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
 
 ensure_packages "${IDEM_PACKAGES[@]}" redis-server python3-redis python3-psycopg "${JAVA_PACKAGES[@]}" || exit 1
 build_and_install || exit 1
@@ -91,7 +100,6 @@ sqlv() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$DB" -c "$1"; }
 createdb "$DB" || exit 1
 sql -f bench/schema.sql || exit 1
 HAS_LEASE=$(sqlv "SELECT count(*) FROM pg_proc WHERE proname = 'idem_claim' AND 'lease' = ANY (proargnames)")
-HAS_PURGE=$(sqlv "SELECT count(*) FROM pg_proc WHERE proname = 'idem_purge_all'")
 
 say "B2 setup: $REPLAY_KEYS finished keys in both tables and in Redis"
 sql -c "CALL bench_load_replay_keys($REPLAY_KEYS)" -c "VACUUM ANALYZE" || exit 1
@@ -197,38 +205,39 @@ count_duplicates() {
 }
 
 # B5: purge PURGE_ROWS expired records while B1 claims run; p99 of the
-# claims from pgbench's per-transaction log, with and without the purge
+# claims from pgbench's per-transaction log, with and without the purge.
+# bench_purge PREFIX: rows PREFIXb5_rows, PREFIXb5_p99_quiet, PREFIXb5_p99_purge
 p99_of_log() {
     cat "$WORK"/log_"$1".* 2>/dev/null | awk '{print $3}' | sort -n \
         | awk '{a[NR] = $1} END {
             if (NR == 0) exit; i = int(NR * 0.99); if (i < NR * 0.99) i++; print a[i] / 1000 }'
 }
 bench_purge() {
-    local t0 t1 before after
+    local p=$1 t0 t1 before after
     sqlv "INSERT INTO idempotent_record (scope, key, status, result, fence,
                                         created_at, updated_at, expires_at)
           SELECT 'purge', 'r$run-' || i, 'succeeded', bench_result(i, i), 1,
                  now() - interval '2 days', now() - interval '2 days', now() - interval '1 day'
             FROM generate_series(1, $PURGE_ROWS) AS i" >/dev/null || return 1
     sql -c "VACUUM ANALYZE idempotent_record" || return 1
-    rm -f "$WORK"/log_b5_*
-    pgbench_run b5_quiet b1_ext.pgbench "$CLIENTS" "$SC_OFF" -l --log-prefix="$WORK/log_b5_quiet"
-    pgbench_parse b5_quiet || return 1
-    before=$(sqlv "SELECT count(*) FROM idempotent_record WHERE expires_at <= now()")
-    pgbench_run b5_purge b1_ext.pgbench "$CLIENTS" "$SC_OFF" -l --log-prefix="$WORK/log_b5_purge" &
+    rm -f "$WORK"/log_${p}b5_*
+    pgbench_run "${p}b5_quiet" b1_ext.pgbench "$CLIENTS" "$SC_OFF" -l --log-prefix="$WORK/log_${p}b5_quiet"
+    pgbench_parse "${p}b5_quiet" || return 1
+    before=$(sqlv "SELECT count(*) FROM idempotent_record WHERE scope = 'purge' AND expires_at <= now()")
+    pgbench_run "${p}b5_purge" b1_ext.pgbench "$CLIENTS" "$SC_OFF" -l --log-prefix="$WORK/log_${p}b5_purge" &
     local bench_pid=$!
     sleep 1
     t0=$(date +%s.%N)
     sql -c "CALL idem_purge_all()" || { wait "$bench_pid"; return 1; }
     t1=$(date +%s.%N)
     wait "$bench_pid"
-    pgbench_parse b5_purge || return 1
-    after=$(sqlv "SELECT count(*) FROM idempotent_record WHERE expires_at <= now()")
-    R[b5_rows.$run]=$(awk -v n="$((before - after))" -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f", n / (b - a)}')
-    R[b5_p99_quiet.$run]=$(p99_of_log b5_quiet)
-    R[b5_p99_purge.$run]=$(p99_of_log b5_purge)
-    printf '    %-14s %10s rows/s, claims p99 %s ms quiet, %s ms with purge\n' b5 \
-        "${R[b5_rows.$run]}" "${R[b5_p99_quiet.$run]}" "${R[b5_p99_purge.$run]}" >&2
+    pgbench_parse "${p}b5_purge" || return 1
+    after=$(sqlv "SELECT count(*) FROM idempotent_record WHERE scope = 'purge' AND expires_at <= now()")
+    R[${p}b5_rows.$run]=$(awk -v n="$((before - after))" -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f", n / (b - a)}')
+    R[${p}b5_p99_quiet.$run]=$(p99_of_log "${p}b5_quiet")
+    R[${p}b5_p99_purge.$run]=$(p99_of_log "${p}b5_purge")
+    printf '    %-14s %10s rows/s, claims p99 %s ms quiet, %s ms with purge\n' "${p}b5" \
+        "${R[${p}b5_rows.$run]}" "${R[${p}b5_p99_quiet.$run]}" "${R[${p}b5_p99_purge.$run]}" >&2
 }
 
 # updates and HOT updates of idempotent_record so far ("N H"), once the
@@ -278,7 +287,7 @@ bench_b10() {
 SC_ON="-c synchronous_commit=on"
 SC_OFF="-c synchronous_commit=off"
 say "$RUNS runs of ${DURATION}s per row; $CLIENTS clients ($HOT_CLIENTS for B3), $THREADS threads, -M $PROTOCOL"
-for run in $(seq "$RUNS"); do
+part base && for run in $(seq "$RUNS"); do
     say "run $run of $RUNS"
     # counter overhead: B1 right after a restart without and with preloading,
     # in alternating order from run to run so that neither side always runs
@@ -316,9 +325,6 @@ for run in $(seq "$RUNS"); do
     if [ "$HAS_LEASE" -gt 0 ]; then
         pgbench_tps b4_ext b4_ext.pgbench "$CLIENTS" "$SC_OFF"
     fi
-    if [ "$HAS_PURGE" -gt 0 ]; then
-        bench_purge || FAILED_ROWS+=(b5)
-    fi
     bench_b7
     bench_b10
     if [ "$HAS_SCOPE_GRANTS" -gt 0 ]; then
@@ -327,53 +333,6 @@ for run in $(seq "$RUNS"); do
 done
 
 # ---------------------------------------------------------------------------
-# B6: bytes per record, in a database of its own
-say "B6: $RECORDS records per table (UUID keys, SHA-256 fingerprints, ~100-byte results)"
-B6DB=idem_bench_size
-createdb "$B6DB" || exit 1
-psql -X -q -v ON_ERROR_STOP=1 -d "$B6DB" -f bench/schema.sql || exit 1
-psql -X -q -v ON_ERROR_STOP=1 -d "$B6DB" <<EOF || exit 1
--- random key order, as keys arrive; the same rows in both tables.  Claims
--- come one after the other (t: 1 ms apart), so timestamps differ from row
--- to row, as they do in use (equal ones would let B-tree deduplication
--- shrink the expires_at index to nothing).
-CREATE TABLE b6_source AS
-SELECT 'acct_' || (i % 1000) AS scope, gen_random_uuid()::text AS key,
-       sha256(convert_to(i::text, 'UTF8')) AS fingerprint,
-       bench_result(i, i % 1000) AS result,
-       now() - interval '1 hour' + i * interval '1 ms' AS t
-  FROM generate_series(1, $RECORDS) AS i;
-INSERT INTO idempotent_record (scope, key, status, fingerprint, result, fence,
-                               created_at, updated_at, expires_at)
-SELECT scope, key, 'succeeded', fingerprint, result, 1, t, t, t + interval '1 day'
-  FROM b6_source;
-INSERT INTO hand_record (scope, key, status, fingerprint, result,
-                         created_at, updated_at, expires_at)
-SELECT scope, key, 'succeeded', fingerprint, result, t, t, t + interval '1 day'
-  FROM b6_source;
-VACUUM ANALYZE idempotent_record, hand_record;
-EOF
-b6q() { psql -X -At -v ON_ERROR_STOP=1 -d "$B6DB" -c "$1"; }
-B6_EXT_INS=$(b6q "SELECT pg_total_relation_size('idempotent_record')::numeric / $RECORDS")
-B6_HAND_INS=$(b6q "SELECT pg_total_relation_size('hand_record')::numeric / $RECORDS")
-# ... and made as requests make them: a claim, then its outcome, committed,
-# $CLIENTS clients at once, then VACUUM; in a database of its own
-say "B6: $RECORDS records per table made by requests (claim, outcome, VACUUM)"
-B6REQ=idem_bench_size_req
-createdb "$B6REQ" || exit 1
-psql -X -q -v ON_ERROR_STOP=1 -d "$B6REQ" -f bench/schema.sql || exit 1
-for side in ext hand; do
-    PGOPTIONS=$SC_OFF "$PG_BINDIR/pgbench" -n -M "$PROTOCOL" -c "$CLIENTS" -j "$THREADS" \
-        -t "$(( (RECORDS + CLIENTS - 1) / CLIENTS ))" -D run=b6 -D n=0 \
-        -f "bench/b6_$side.pgbench" "$B6REQ" >"$WORK/b6_$side.out" 2>&1 \
-        || { say "B6 ($side) failed:"; tail -n 5 "$WORK/b6_$side.out" >&2; exit 1; }
-done
-b6r() { psql -X -At -v ON_ERROR_STOP=1 -d "$B6REQ" -c "$1"; }
-b6r "VACUUM ANALYZE idempotent_record, hand_record" || exit 1
-B6_N_EXT=$(b6r "SELECT count(*) FROM idempotent_record")
-B6_N_HAND=$(b6r "SELECT count(*) FROM hand_record")
-B6_EXT=$(b6r "SELECT pg_total_relation_size('idempotent_record')::numeric / $B6_N_EXT")
-B6_HAND=$(b6r "SELECT pg_total_relation_size('hand_record')::numeric / $B6_N_HAND")
 # b6_parts QUERY-FUNCTION ROWS: where the bytes of each table are, per row:
 # heap (with TOAST, FSM, VM) and each index
 b6_parts() {
@@ -388,23 +347,159 @@ b6_parts() {
                    WHERE c.relname IN ('idempotent_record', 'hand_record')
                    GROUP BY c.oid, c.relname, c.reltuples ORDER BY c.relname DESC) AS s"
 }
-B6_REQ_PARTS=$(b6_parts b6r "c.reltuples::numeric")
-B6_RESULT=$(b6q "SELECT round(avg(octet_length(result::text))) FROM b6_source")
-B6_PARTS=$(b6_parts b6q "$RECORDS")
-# Redis: the same keys, each with status, fingerprint (hex) and result in
-# one string, with the same 1-day expiry (SET ... EX)
-redis flushall >/dev/null
-B6_R0=$(redis info memory | sed -n 's/^used_memory:\([0-9]*\).*/\1/p')
-b6q "SELECT bench_resp('SET', 'idem:' || scope || ':' || key,
-                      jsonb_build_object('status', 'succeeded',
-                                         'fingerprint', encode(fingerprint, 'hex'),
-                                         'result', result)::text,
-                      'EX', '86400')
-       FROM b6_source" | redis --pipe >/dev/null || exit 1
-B6_R1=$(redis info memory | sed -n 's/^used_memory:\([0-9]*\).*/\1/p')
-B6_REDIS=$(awk -v a="$B6_R0" -v b="$B6_R1" -v n="$RECORDS" 'BEGIN {print (b - a) / n}')
-B6_KEYS=$(redis dbsize)
-[ "$B6_KEYS" -eq "$RECORDS" ] || say "warning: Redis holds $B6_KEYS keys, expected $RECORDS"
+# B6: bytes per record of records inserted directly, in a database of its own
+bench_b6_inserted() {
+    say "B6: $B6_RECORDS records per table (UUID keys, SHA-256 fingerprints, ~100-byte results)"
+    B6DB=idem_bench_size
+    createdb "$B6DB" || exit 1
+    psql -X -q -v ON_ERROR_STOP=1 -d "$B6DB" -f bench/schema.sql || exit 1
+    psql -X -q -v ON_ERROR_STOP=1 -d "$B6DB" <<EOF || exit 1
+-- random key order, as keys arrive; the same rows in both tables.  Claims
+-- come one after the other (t: 1 ms apart), so timestamps differ from row
+-- to row, as they do in use (equal ones would let B-tree deduplication
+-- shrink the expires_at index to nothing).
+CREATE TABLE b6_source AS
+SELECT 'acct_' || (i % 1000) AS scope, gen_random_uuid()::text AS key,
+       sha256(convert_to(i::text, 'UTF8')) AS fingerprint,
+       bench_result(i, i % 1000) AS result,
+       now() - interval '1 hour' + i * interval '1 ms' AS t
+  FROM generate_series(1, $B6_RECORDS) AS i;
+INSERT INTO idempotent_record (scope, key, status, fingerprint, result, fence,
+                               created_at, updated_at, expires_at)
+SELECT scope, key, 'succeeded', fingerprint, result, 1, t, t, t + interval '1 day'
+  FROM b6_source;
+INSERT INTO hand_record (scope, key, status, fingerprint, result,
+                         created_at, updated_at, expires_at)
+SELECT scope, key, 'succeeded', fingerprint, result, t, t, t + interval '1 day'
+  FROM b6_source;
+VACUUM ANALYZE idempotent_record, hand_record;
+EOF
+    b6q() { psql -X -At -v ON_ERROR_STOP=1 -d "$B6DB" -c "$1"; }
+    B6_EXT_INS=$(b6q "SELECT pg_total_relation_size('idempotent_record')::numeric / $B6_RECORDS")
+    B6_HAND_INS=$(b6q "SELECT pg_total_relation_size('hand_record')::numeric / $B6_RECORDS")
+    B6_RESULT=$(b6q "SELECT round(avg(octet_length(result::text))) FROM b6_source")
+    B6_PARTS=$(b6_parts b6q "$B6_RECORDS")
+    # Redis: the same keys, each with status, fingerprint (hex) and result in
+    # one string, with the same 1-day expiry (SET ... EX)
+    redis flushall >/dev/null
+    B6_R0=$(redis info memory | sed -n 's/^used_memory:\([0-9]*\).*/\1/p')
+    b6q "SELECT bench_resp('SET', 'idem:' || scope || ':' || key,
+                          jsonb_build_object('status', 'succeeded',
+                                             'fingerprint', encode(fingerprint, 'hex'),
+                                             'result', result)::text,
+                          'EX', '86400')
+           FROM b6_source" | redis --pipe >/dev/null || exit 1
+    B6_R1=$(redis info memory | sed -n 's/^used_memory:\([0-9]*\).*/\1/p')
+    B6_REDIS=$(awk -v a="$B6_R0" -v b="$B6_R1" -v n="$B6_RECORDS" 'BEGIN {print (b - a) / n}')
+    B6_KEYS=$(redis dbsize)
+    [ "$B6_KEYS" -eq "$B6_RECORDS" ] || say "warning: Redis holds $B6_KEYS keys, expected $B6_RECORDS"
+}
+part base && bench_b6_inserted
+
+# ---------------------------------------------------------------------------
+# The size axis: B1, B2, B5 and B6 with SIZE records already in both tables,
+# for each SIZE of --records, in a database of its own per size.  Rows are
+# named sSIZE_b1_ext_off and so on.
+
+# size_load SIZE: SIZE finished records in idempotent_record and the same
+# rows in hand_record (scope 'bench', the B2 keys md5('b2-' || i) with their
+# fingerprints, one ~100-byte result built once, created over the last
+# hour, expiring a day after), loaded in bulk: the indexes
+# are dropped, the rows inserted in one INSERT ... SELECT each, the indexes
+# built after them (one sort each, not SIZE random B-tree inserts), then
+# VACUUM sets the visibility map and hint bits, as a table that has lived
+# a while has them.  The expiry index is rebuilt from its own
+# definition, whatever the installed version made it.
+size_load() {
+    local t0=$SECONDS
+    sql <<EOF || return 1
+SET maintenance_work_mem = '512MB';
+SELECT pg_get_indexdef('idempotent_record_expires_at_idx'::regclass) AS expiry_index \gset
+ALTER TABLE idempotent_record DROP CONSTRAINT idempotent_record_pkey;
+DROP INDEX idempotent_record_expires_at_idx;
+ALTER TABLE hand_record DROP CONSTRAINT hand_record_pkey;
+INSERT INTO idempotent_record (scope, key, status, fingerprint, result,
+                               fence, created_at, updated_at, expires_at)
+SELECT 'bench', md5('b2-' || i)::uuid::text, 'succeeded',
+       bench_fingerprint(i), r.result, 1, t, t, t + interval '1 day'
+  FROM (SELECT bench_result(0, 0) AS result OFFSET 0) AS r,
+       generate_series(0, $1 - 1) AS i,
+       LATERAL (SELECT now() - interval '1 hour' + i * (interval '1 hour' / $1)) AS c(t);
+INSERT INTO hand_record (scope, key, status, fingerprint, result,
+                         created_at, updated_at, expires_at)
+SELECT scope, key, 'succeeded', fingerprint, result, created_at, updated_at, expires_at
+  FROM idempotent_record;
+ALTER TABLE idempotent_record ADD CONSTRAINT idempotent_record_pkey PRIMARY KEY (scope, key);
+:expiry_index;
+ALTER TABLE hand_record ADD CONSTRAINT hand_record_pkey PRIMARY KEY (scope, key);
+VACUUM ANALYZE idempotent_record, hand_record;
+EOF
+    say "  loaded $1 records into each table in $((SECONDS - t0)) s"
+}
+
+# size_b6 SIZE: B6_RECORDS records made per table as requests make them (a
+# claim, then its outcome, committed, $CLIENTS clients at once; new keys,
+# 1,000 scopes, SHA-256 fingerprints, the ~100-byte result), then VACUUM;
+# bytes per record = growth of pg_total_relation_size / records made.  Run
+# right after the load, before any purge leaves free space to fill.
+size_b6() {
+    local p=s$1_ side table n0 b0 n1 b1
+    for side in ext hand; do
+        table=idempotent_record
+        [ "$side" = hand ] && table=hand_record
+        n0=$(sqlv "SELECT count(*) FROM $table")
+        b0=$(sqlv "SELECT pg_total_relation_size('$table')")
+        PGOPTIONS=$SC_OFF "$PG_BINDIR/pgbench" -n -M "$PROTOCOL" -c "$CLIENTS" -j "$THREADS" \
+            -t "$(( (B6_RECORDS + CLIENTS - 1) / CLIENTS ))" -D run="${p}b6" -D n=0 \
+            -f "bench/b6_$side.pgbench" "$DB" >"$WORK/${p}b6_$side.out" 2>&1 \
+            || { say "B6 ($side, $1 records) failed:"; tail -n 5 "$WORK/${p}b6_$side.out" >&2; return 1; }
+        sqlv "VACUUM ANALYZE $table" >/dev/null || return 1
+        n1=$(sqlv "SELECT count(*) FROM $table")
+        b1=$(sqlv "SELECT pg_total_relation_size('$table')")
+        S[${p}b6_$side]=$(awk -v b="$((b1 - b0))" -v n="$((n1 - n0))" 'BEGIN {print b / n}')
+    done
+    S[${p}b6_parts]=$(b6_parts sqlv "c.reltuples::numeric")
+    printf '    %-14s %10.1f bytes per record made, hand-written %.1f\n' "${p}b6" \
+        "${S[${p}b6_ext]}" "${S[${p}b6_hand]}" >&2
+}
+
+# size_run SIZE: one run of B1 (synchronous_commit on and off), B2 and B5 at
+# SIZE records; which side goes first alternates from run to run
+size_run() {
+    local p=s$1_ first second
+    if [ $((run % 2)) -eq 1 ]; then first=ext second=hand; else first=hand second=ext; fi
+    pgbench_tps "${p}b1_${first}_on" "b1_$first.pgbench" "$CLIENTS" "$SC_ON"
+    pgbench_tps "${p}b1_${second}_on" "b1_$second.pgbench" "$CLIENTS" "$SC_ON"
+    pgbench_tps "${p}b1_${first}_off" "b1_$first.pgbench" "$CLIENTS" "$SC_OFF"
+    pgbench_tps "${p}b1_${second}_off" "b1_$second.pgbench" "$CLIENTS" "$SC_OFF"
+    if [ "$first" = ext ]; then first=b2_ext second=b2_pk; else first=b2_pk second=b2_ext; fi
+    pgbench_tps "${p}$first" "$first.pgbench" "$CLIENTS"
+    pgbench_tps "${p}$second" "$second.pgbench" "$CLIENTS"
+    bench_purge "$p" || FAILED_ROWS+=("${p}b5")
+}
+
+# bench_sizes: load every size (and its B6), then the runs, sizes
+# alternating within each run
+declare -A S
+bench_sizes() {
+    local size DB REPLAY_KEYS t0=$SECONDS
+    for size in "${SIZE_LIST[@]}"; do
+        DB=idem_bench_$size
+        say "size axis: $size records already in both tables (database $DB)"
+        createdb "$DB" && sql -f bench/schema.sql && size_load "$size" || return 1
+        size_b6 "$size" || FAILED_ROWS+=("s${size}_b6")
+    done
+    for run in $(seq "$RUNS"); do
+        for size in "${SIZE_LIST[@]}"; do
+            DB=idem_bench_$size REPLAY_KEYS=$size
+            say "size axis, run $run of $RUNS: $size records"
+            size_run "$size"
+        done
+    done
+    SIZE_SECONDS=$((SECONDS - t0))
+}
+SIZE_SECONDS=
+part sizes && { bench_sizes || FAILED_ROWS+=(sizes); }
 
 # ---------------------------------------------------------------------------
 # B9: the HTTP middleware of clients/node against the Redis middlewares, on
@@ -468,7 +563,7 @@ bench_http_middlewares() {
     done
 }
 declare -A B9_FAULT
-bench_http_middlewares || FAILED_ROWS+=(b9)
+part base && { bench_http_middlewares || FAILED_ROWS+=(b9); }
 # --- end of B9 -------------------------------------------------------------
 
 # ---------------------------------------------------------------------------
@@ -507,7 +602,7 @@ WAIT_OVER=$(awk -v r="$(ratio b3_preload b3_nopreload)" 'BEGIN {if (r != "") pri
 DUPS_EXT=$(total b3_ext_dup)
 DUPS_HAND=$(total b3_hand_dup)
 
-{
+part base && {
 echo
 echo "idempotency bench — PostgreSQL $(sqlv 'SHOW server_version' | cut -d' ' -f1), $(nproc) cores," \
      "$CLIENTS clients ($HOT_CLIENTS for B3), $THREADS pgbench threads, -M $PROTOCOL," \
@@ -536,16 +631,6 @@ if [ "$HAS_LEASE" -gt 0 ]; then
 else
     row B4 "leased flow" "not yet available" "(idem_claim has no lease)" "" "" ""
 fi
-if [ "$HAS_PURGE" -gt 0 ]; then
-    m=$(med b5_rows)
-    row B5 "purge with claims running (rows/s)" "$(fmt "$m")" "" "" ">= 300000" "$(verdict "$m" '>=' 300000)"
-    r=$(ratio b5_p99_purge b5_p99_quiet)
-    row B5 "claims p99 latency (ms)" "$(fmt "$(med b5_p99_purge)" 2) purging" "$(fmt "$(med b5_p99_quiet)" 2) without purge" "$(fmt "$r" 2)" "<= 1.5" "$(verdict "$r" '<=' 1.5)"
-else
-    row B5 "purge" "not yet available" "(no idem_purge_all)" "" "" ""
-fi
-r=$(awk -v a="$B6_EXT" -v b="$B6_HAND" 'BEGIN {print a / b}')
-row B6 "bytes per record made by requests" "$(fmt "$B6_EXT")" "hand-written $(fmt "$B6_HAND")" "$(fmt "$r" 2)" "<= 1.0" "$(verdict "$r" '<=' 1.0)"
 r=$(awk -v a="$B6_EXT_INS" -v b="$B6_HAND_INS" 'BEGIN {print a / b}')
 row B6 "bytes per record inserted directly" "$(fmt "$B6_EXT_INS")" "hand-written $(fmt "$B6_HAND_INS")" "$(fmt "$r" 2)" "" ""
 r=$(awk -v a="$B6_EXT_INS" -v b="$B6_REDIS" 'BEGIN {print a / b}')
@@ -573,8 +658,8 @@ row B1 "counter overhead, sync commit off (tps)" "$(fmt "$(med b1_preload)") cou
 row B3 "counters + wait histogram, hot keys (tps)" "$(fmt "$(med b3_preload)") counting" "$(fmt "$(med b3_nopreload)") not preloaded" "$(fmt "$WAIT_OVER" 2)%" "< 2%" "$(verdict "$WAIT_OVER" '<' 2)"
 echo
 echo "B3 effects written by the extension's claimers: $(values b3_ext_eff | paste -sd' ') (per run);" \
-     "B6: $RECORDS records, results of ~$B6_RESULT bytes as text; bytes per record made by requests: $B6_REQ_PARTS;" \
-     "inserted directly: $B6_PARTS."
+     "B6: $B6_RECORDS records inserted directly, results of ~$B6_RESULT bytes as text: $B6_PARTS" \
+     "(B5 and B6 made by requests: the size axis below)."
 echo "B7: $CLIENTS client processes for requests/s; $HOT_CLIENTS on $HOT_KEYS hot keys per round, 3 rounds per run," \
      "a client killed after its COMMIT before each round (killed: Redis $(values b7_killed_redis | paste -sd' '), extension $(values b7_killed_ext | paste -sd' '))."
 echo "B10: Java 17, Spring 4.3 (clients/java), 2000 requests x 5 sends shuffled over 16 threads, a busy answer" \
@@ -582,7 +667,7 @@ echo "B10: Java 17, Spring 4.3 (clients/java), 2000 requests x 5 sends shuffled 
      "in the test sources (Debian has no Java Redis client), ordered outside the transaction."
 echo "Runs (tps, GET/s, rows/s or ms, in run order):"
 for name in b1_ext_on b1_hand_on b1_ext_off b1_hand_off b2_ext b2_hand b2_pk b2_redis b3_ext b3_hand \
-            b4_ext b5_rows b5_p99_quiet b5_p99_purge b7_ext b7_redis b10_idempotent b10_redis_lock b1_hot_pct b1_preload b1_nopreload \
+            b4_ext b7_ext b7_redis b10_idempotent b10_redis_lock b1_hot_pct b1_preload b1_nopreload \
             b3_preload b3_nopreload b3_waits; do
     v=$(values "$name" | awk '{printf ($1 >= 100 ? "%s%.0f" : "%s%.2f"), (NR > 1 ? " " : ""), $1}')
     [ -n "$v" ] && printf '  %-13s %s\n' "$name" "$v"
@@ -592,7 +677,7 @@ done
 # --- B9 table ------------------------------------------------------------
 b9_row() { printf '| %-34s | %16s | %16s | %16s | %16s |\n' "$@"; }
 b9_field() { sed -n "s/.*$2=\([0-9]*\).*/\1/p" <<<"${B9_FAULT[$1]:-}"; }
-{
+part base && {
 echo
 echo "B9 — Express 5 POST /orders, pg pool 10, wrk -t$THREADS -c50 -d${DURATION}s, median of $RUNS runs;" \
      "ratio = variant / clients/node (package) within each run, then median. A shared, loaded machine:" \
@@ -621,6 +706,75 @@ echo "kill -9: the app killed after 1000 answers of a 50-client storm, restarted
      "(Retry-After honoured, at most 2 s); keys sent: $(for v in "${B9_VARIANTS[@]}"; do printf '%s %s; ' "$v" "$(b9_field "$v" keys)"; done)"
 }
 # --- end of B9 table -------------------------------------------------------
+
+# --- size axis table -------------------------------------------------------
+# one line per measurement, one column per size: value (ratio), then target
+size_cell() {  # SIZE A B: "a / b = ratio" of rows sSIZE_A and sSIZE_B
+    local p=s$1_ a b
+    a=$(med "$p$2") b=$(med "$p$3")
+    printf '%s / %s = %s' "$(fmt "$a" "$(decimals "$a")")" "$(fmt "$b" "$(decimals "$b")")" \
+        "$(fmt "$(ratio "$p$2" "$p$3")" 2)"
+}
+decimals() { awk -v v="$1" 'BEGIN {print (v != "" && v < 100) ? 2 : 0}'; }  # tps: 0, ms: 2
+size_verdicts() {  # OP LIMIT RATIO...: met when every ratio meets it
+    local op=$1 limit=$2 r out=met
+    shift 2
+    for r in "$@"; do
+        [ "$(verdict "$r" "$op" "$limit")" = met ] || out=MISSED
+    done
+    echo "$out"
+}
+part sizes && {
+echo
+echo "Size axis — the same rows with N records already in both tables; $CLIENTS clients, median of $RUNS runs" \
+     "of ${DURATION}s, ratio per run then median; sizes alternate within each run and the side that goes" \
+     "first alternates from run to run. Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" \
+     "(a shared machine: other work ran beside it). Loading and running the size axis took ${SIZE_SECONDS:-?} s."
+echo
+header="| row | measurement"
+sep="| --- | ---"
+for size in "${SIZE_LIST[@]}"; do header+=" | $size records"; sep+=" | ---"; done
+echo "$header | target | result |"
+echo "$sep | --- | --- |"
+size_line() {  # ROW LABEL A B OP LIMIT TARGET-TEXT
+    local line="| $1 | $2" ratios=() size
+    for size in "${SIZE_LIST[@]}"; do
+        line+=" | $(size_cell "$size" "$3" "$4")"
+        ratios+=("$(ratio "s${size}_$3" "s${size}_$4")")
+    done
+    echo "$line | $7 | $(size_verdicts "$5" "$6" "${ratios[@]}") |"
+}
+size_line B1 "new key, synchronous_commit on: extension / hand-written (tps)" b1_ext_on b1_hand_on '>=' 1.0 ">= 1.0"
+size_line B1 "new key, synchronous_commit off: extension / hand-written (tps)" b1_ext_off b1_hand_off '>=' 1.0 ">= 1.0"
+size_line B2 "replay / bare primary-key SELECT (tps)" b2_ext b2_pk '>=' 0.95 ">= 0.95"
+line="| B5 | purge beside $CLIENTS claiming clients (rows/s)"
+verdicts=()
+for size in "${SIZE_LIST[@]}"; do
+    m=$(med "s${size}_b5_rows"); line+=" | $(fmt "$m")"; verdicts+=("$m")
+done
+echo "$line | >= 300000 | $(size_verdicts '>=' 300000 "${verdicts[@]}") |"
+size_line B5 "claims' p99 (ms): purging / without purge" b5_p99_purge b5_p99_quiet '<=' 1.5 "<= 1.5"
+line="| B6 | bytes per record made by claims and outcomes: extension / hand-written"
+verdicts=()
+for size in "${SIZE_LIST[@]}"; do
+    p=s${size}_
+    r=$(awk -v a="${S[${p}b6_ext]:-}" -v b="${S[${p}b6_hand]:-}" 'BEGIN {if (a != "" && b > 0) print a / b}')
+    line+=" | $(fmt "${S[${p}b6_ext]:-}" 1) / $(fmt "${S[${p}b6_hand]:-}" 1) = $(fmt "$r" 3)"
+    verdicts+=("$r")
+done
+echo "$line | <= 1.0 | $(size_verdicts '<=' 1.0 "${verdicts[@]}") |"
+echo
+echo "B6 at each size: $B6_RECORDS records made per table after the load, growth of pg_total_relation_size after VACUUM;" \
+     "bytes per record of the whole tables by part:"
+for size in "${SIZE_LIST[@]}"; do echo "  $size: ${S[s${size}_b6_parts]:-n/a}"; done
+echo "Runs (tps, rows/s or ms, in run order):"
+for size in "${SIZE_LIST[@]}"; do
+    for name in b1_ext_on b1_hand_on b1_ext_off b1_hand_off b2_ext b2_pk b5_rows b5_p99_quiet b5_p99_purge; do
+        v=$(values "s${size}_$name" | awk '{printf ($1 >= 100 ? "%s%.0f" : "%s%.2f"), (NR > 1 ? " " : ""), $1}')
+        [ -n "$v" ] && printf '  %-26s %s\n' "s${size}_$name" "$v"
+    done
+done
+}
 
 if [ ${#FAILED_ROWS[@]} -gt 0 ]; then
     say "rows that failed to run: ${FAILED_ROWS[*]}"

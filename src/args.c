@@ -51,7 +51,12 @@ idem_require_read_write(const char *fn)
 void
 idem_check_length(const char *value, bool is_scope)
 {
-	int			len = pg_mbstrlen(value);
+	int			len;
+
+	/* no more characters than bytes: most values need no count */
+	if (strlen(value) <= (size_t) idem_max_key_length)
+		return;
+	len = pg_mbstrlen(value);
 
 	if (len > idem_max_key_length)
 		ereport(ERROR,

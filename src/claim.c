@@ -16,7 +16,10 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "args.h"
@@ -140,7 +143,8 @@ answer_from_record(ClaimAnswer *a, ClaimOutcome outcome, const IdemRecord *rec)
  */
 static bool
 answer_claimed(ClaimAnswer *a, const IdemKey *id, const IdemClaimSpec *t,
-			   int64 fence, char *recovery_point, Jsonb *result)
+			   int64 fence, char *recovery_point, Jsonb *result,
+			   const IdemRowAddress *row)
 {
 	a->outcome = OUTCOME_CLAIMED;
 	a->has_record = true;
@@ -151,7 +155,7 @@ answer_claimed(ClaimAnswer *a, const IdemKey *id, const IdemClaimSpec *t,
 	a->retry_after = NULL;
 	a->awaits_outcome = false;
 	if (!t->leased)
-		idem_claims_add(id, fence);
+		idem_claims_add(id, fence, row);
 	return true;
 }
 
@@ -230,6 +234,7 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 	IdemRecord	rec;
 	HeldClaim  *mine;
 	int64		new_fence;
+	IdemRowAddress row = {InvalidOid};
 
 	claim_times(fcinfo, &t);
 
@@ -238,8 +243,8 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 
 	if (!idem_store_read(id, &rec))
 	{
-		if (idem_store_insert(id, fingerprint, &t))
-			return answer_claimed(a, id, &t, 1, NULL, NULL);
+		if (idem_store_insert(id, fingerprint, &t, &row))
+			return answer_claimed(a, id, &t, 1, NULL, NULL, &row);
 		if (!idem_store_write_would_wait() && ++loop->hidden >= 3)
 			idem_store_hidden_record_error(id);
 		return write_lost(id, fingerprint, loop, a, t.now);
@@ -261,7 +266,7 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 	{
 		if (!idem_store_reclaim_expired(id, rec.fence, fingerprint, &t, &new_fence))
 			return write_lost(id, fingerprint, loop, a, t.now);
-		return answer_claimed(a, id, &t, new_fence, NULL, NULL);
+		return answer_claimed(a, id, &t, new_fence, NULL, NULL, &row);
 	}
 
 	check_fingerprint(id, rec.fingerprint, fingerprint);
@@ -299,41 +304,63 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 		return write_lost(id, fingerprint, loop, a, t.now);
 	idem_count(IDEM_COUNT_TAKEOVERS);
 	return answer_claimed(a, id, &t, new_fence, rec.recovery_point,
-						  rec.result);
+						  rec.result, &row);
 }
 
 /*
- * What idem_claim builds its result row with, kept in fn_extra for the
- * life of the calling statement: the blessed row type and the values of
- * its idem_status column.
+ * What idem_claim builds its result row with: the blessed row type and the
+ * values of its idem_status column.  Kept for the backend's life, not per
+ * statement (fn_extra): building them costs catalog lookups that a replay
+ * would otherwise pay on every call.  Any change to a function, type or
+ * enum label drops it (an extension update may change the row type, or the
+ * schema the type is in).
  */
 typedef struct ClaimResultType
 {
+	Oid			fn_oid;			/* InvalidOid: not built */
 	TupleDesc	desc;
 	Datum		status[IDEM_UNKNOWN + 1];
 } ClaimResultType;
 
-static ClaimResultType *
+static ClaimResultType result_type;
+static MemoryContext result_type_context = NULL;
+
+static void
+result_type_invalidate(Datum arg, int cacheid, uint32 hashvalue)
+{
+	result_type.fn_oid = InvalidOid;
+}
+
+static const ClaimResultType *
 claim_result_type(FunctionCallInfo fcinfo)
 {
-	ClaimResultType *rt = fcinfo->flinfo->fn_extra;
 	TupleDesc	desc;
 	MemoryContext old;
 
-	if (rt != NULL)
-		return rt;
+	if (result_type.fn_oid == fcinfo->flinfo->fn_oid)
+		return &result_type;
+	if (result_type_context == NULL)
+	{
+		result_type_context = AllocSetContextCreate(CacheMemoryContext,
+													"idem_claim result type",
+													ALLOCSET_SMALL_SIZES);
+		CacheRegisterSyscacheCallback(PROCOID, result_type_invalidate, (Datum) 0);
+		CacheRegisterSyscacheCallback(TYPEOID, result_type_invalidate, (Datum) 0);
+		CacheRegisterSyscacheCallback(ENUMOID, result_type_invalidate, (Datum) 0);
+	}
+	result_type.fn_oid = InvalidOid;
+	MemoryContextReset(result_type_context);
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "idem_claim must return a composite type");
-	old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
-	rt = palloc(sizeof(ClaimResultType));
-	rt->desc = BlessTupleDesc(CreateTupleDescCopy(desc));
+	old = MemoryContextSwitchTo(result_type_context);
+	result_type.desc = BlessTupleDesc(CreateTupleDescCopy(desc));
 	for (int i = 0; i <= (int) IDEM_UNKNOWN; i++)
-		rt->status[i] = DirectFunctionCall2(enum_in,
-											CStringGetDatum(idem_status_names[i]),
-											ObjectIdGetDatum(TupleDescAttr(desc, 1)->atttypid));
+		result_type.status[i] = DirectFunctionCall2(enum_in,
+													CStringGetDatum(idem_status_names[i]),
+													ObjectIdGetDatum(TupleDescAttr(desc, 1)->atttypid));
 	MemoryContextSwitchTo(old);
-	fcinfo->flinfo->fn_extra = rt;
-	return rt;
+	result_type.fn_oid = fcinfo->flinfo->fn_oid;
+	return &result_type;
 }
 
 /* Attempts until one answers: claimed, replay or in_progress */
@@ -506,7 +533,7 @@ idem_claim(PG_FUNCTION_ARGS)
 	bool		waits = PG_NARGS() > CLAIM_WAIT_FOR_OUTCOME &&
 		!PG_ARGISNULL(CLAIM_WAIT_FOR_OUTCOME);
 	TimestampTz wait_end = 0;
-	ClaimResultType *rt = claim_result_type(fcinfo);
+	const ClaimResultType *rt = claim_result_type(fcinfo);
 	Datum		values[6];
 	bool		nulls[6] = {false};
 

@@ -9,6 +9,7 @@
 
 #include "common/int.h"
 #include "datatype/timestamp.h"
+#include "storage/itemptr.h"
 #include "utils/jsonb.h"
 
 /*
@@ -66,6 +67,20 @@ typedef struct IdemRecord
 	TimestampTz created_at;
 	TimestampTz updated_at;		/* of a final record: the outcome's time */
 } IdemRecord;
+
+/*
+ * Where this transaction wrote a claim's row version: the table (and its
+ * storage, which TRUNCATE or a rewrite replaces) and the version's TID.
+ * A hint for the writes that follow the claim (record_direct.c): they take
+ * it only after proving it still holds the claim's row, else they look
+ * the key up.  relid InvalidOid: unknown.
+ */
+typedef struct IdemRowAddress
+{
+	Oid			relid;
+	Oid			relfilenode;
+	ItemPointerData tid;
+} IdemRowAddress;
 
 /*
  * The last valid timestamptz.  A ttl or lease must end by it (args.c); a

@@ -37,7 +37,7 @@ once_attempt(FunctionCallInfo fcinfo, const IdemKey *id, int *hidden)
 
 	if (!idem_store_read(id, &rec))
 	{
-		if (idem_store_insert(id, NULL, &t))
+		if (idem_store_insert(id, NULL, &t, NULL))
 			return 1;
 		/* an insert refused by a record no read sees: retrying would spin */
 		if (++*hidden >= 3)

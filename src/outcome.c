@@ -169,6 +169,16 @@ required_fence(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 	return 0;					/* keep compiler quiet */
 }
 
+/*
+ * The row address of the claim this transaction holds, which the store may
+ * use and move (idem_claims_row), or NULL
+ */
+static IdemRowAddress *
+held_row(HeldClaim *held)
+{
+	return held == NULL ? NULL : idem_claims_row(held);
+}
+
 typedef enum OutcomeKind
 {
 	RECORD_SUCCEEDED,
@@ -191,10 +201,11 @@ record_outcome(FunctionCallInfo fcinfo, const IdemKey *id, int fence_arg,
 	idem_store_begin(fcinfo->flinfo->fn_oid, false, id->scope);
 	fence = required_fence(fcinfo, id, fence_arg, fn, &held);
 	if (kind == RELEASE_KEY)
-		done = idem_store_release(id, fence, result, GetCurrentTimestamp());
+		done = idem_store_release(id, fence, result, GetCurrentTimestamp(),
+								  held_row(held));
 	else
 		done = idem_store_set_outcome(id, fence, status_of[kind], result,
-									  GetCurrentTimestamp());
+									  GetCurrentTimestamp(), held_row(held));
 	if (!done)
 		explain_refusal(id, fence, fn, true);
 	idem_store_end();
@@ -299,7 +310,8 @@ idem_checkpoint(PG_FUNCTION_ARGS)
 
 	idem_store_begin(fcinfo->flinfo->fn_oid, false, id.scope);
 	fence = required_fence(fcinfo, &id, 3, "idem_checkpoint", &held);
-	if (!idem_store_checkpoint(&id, fence, recovery_point, GetCurrentTimestamp()))
+	if (!idem_store_checkpoint(&id, fence, recovery_point, GetCurrentTimestamp(),
+							   held_row(held)))
 		explain_refusal(&id, fence, "idem_checkpoint", false);
 	idem_store_end();
 	PG_RETURN_VOID();

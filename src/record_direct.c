@@ -127,8 +127,14 @@ typedef struct RecordLayout
 	Oid			status_value[IDEM_UNKNOWN + 1];
 	Oid			pk_index;		/* B-tree primary key on (scope, key), or
 								 * InvalidOid: no direct path at all */
-	Oid			expires_at_index;	/* ascending B-tree on expires_at, or
+	Oid			expires_at_index;	/* ascending B-tree on expires_at or on
+									 * its bucket (expiry_bucketed), or
 									 * InvalidOid */
+	bool		expiry_bucketed;	/* expires_at_index has
+									 * date_bin(expiry_stride, expires_at,
+									 * expiry_origin) */
+	Interval	expiry_stride;
+	TimestampTz expiry_origin;
 	bool		stand_in;		/* no inheritance children, not a partition:
 								 * the direct path may stand in for the SQL */
 	bool		install_shape;	/* columns and unique indexes as installed:
@@ -215,9 +221,37 @@ columns_as_installed(Relation heap)
 }
 
 /*
- * Find the primary key and purge's expires_at index; false when there is
- * another unique or exclusion index (INSERT ... ON CONFLICT (scope, key)
- * would take a unique index on the same columns as an arbiter too).
+ * Is expr date_bin(a constant stride, expires_at, a constant origin) of
+ * timestamptz, the expiry bucket that purge's index holds since 1.2?  Then
+ * the stride and origin are copied into l.
+ */
+static bool
+expiry_bucket_expression(Node *expr, RecordLayout *l)
+{
+	FuncExpr   *f = (FuncExpr *) expr;
+	Const	   *stride;
+	Var		   *column;
+	Const	   *origin;
+
+	if (!IsA(expr, FuncExpr) || f->funcid != F_DATE_BIN_INTERVAL_TIMESTAMPTZ_TIMESTAMPTZ ||
+		list_length(f->args) != 3)
+		return false;
+	stride = linitial(f->args);
+	column = lsecond(f->args);
+	origin = lthird(f->args);
+	if (!IsA(stride, Const) || stride->constisnull || !IsA(origin, Const) ||
+		origin->constisnull || !IsA(column, Var) || column->varattno != l->col.expires_at)
+		return false;
+	l->expiry_stride = *DatumGetIntervalP(stride->constvalue);
+	l->expiry_origin = DatumGetTimestampTz(origin->constvalue);
+	return true;
+}
+
+/*
+ * Find the primary key and purge's index on expires_at or its bucket;
+ * false when there is another unique or exclusion index (INSERT ... ON
+ * CONFLICT (scope, key) would take a unique index on the same columns as
+ * an arbiter too).
  */
 static bool
 find_indexes(Relation heap, RecordLayout *l)
@@ -230,9 +264,10 @@ find_indexes(Relation heap, RecordLayout *l)
 	{
 		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
 		Form_pg_index ind = index->rd_index;
-		bool		plain_btree = index->rd_rel->relam == BTREE_AM_OID &&
+		bool		btree = index->rd_rel->relam == BTREE_AM_OID &&
 			ind->indisvalid && index->rd_indoption[0] == 0 &&
-			heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL) &&
+			heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL);
+		bool		plain_btree = btree &&
 			heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, NULL);
 
 		if (ind->indisprimary && plain_btree && ind->indnkeyatts == 2 &&
@@ -244,6 +279,12 @@ find_indexes(Relation heap, RecordLayout *l)
 		else if (plain_btree && ind->indnkeyatts == 1 &&
 				 ind->indkey.values[0] == l->col.expires_at)
 			l->expires_at_index = RelationGetRelid(index);
+		else if (btree && ind->indnkeyatts == 1 && ind->indkey.values[0] == 0 &&
+				 expiry_bucket_expression(linitial(RelationGetIndexExpressions(index)), l))
+		{
+			l->expires_at_index = RelationGetRelid(index);
+			l->expiry_bucketed = true;
+		}
 		index_close(index, NoLock);
 	}
 	list_free(indexes);
@@ -320,6 +361,7 @@ record_layout(Relation heap)
 	layout.relid = InvalidOid;
 	layout.pk_index = InvalidOid;
 	layout.expires_at_index = InvalidOid;
+	layout.expiry_bucketed = false;
 	layout.stand_in = false;
 	layout.install_shape = false;
 	if (layout.context == NULL)
@@ -723,7 +765,8 @@ purge_one(Relation heap, const RecordLayout *l, TimestampTz now,
 
 /*
  * idem_store_purge's direct path: delete up to batch_size records expired at
- * now, oldest first, walking the expires_at index, each as purge_one says
+ * now, oldest first, walking the index on expires_at (or its bucket: the
+ * oldest bucket first), each as purge_one says
  * (without writing a row lock before each delete, as FOR UPDATE must,
  * unless someone else holds the row).
  * Returns how many went, or DIRECT_NOT_USED.
@@ -756,7 +799,13 @@ idem_direct_purge(Oid relid, TimestampTz now, int32 batch_size)
 	/* a table published for deletes must say how to identify its rows */
 	CheckCmdReplicaIdentity(heap, CMD_DELETE);
 	index = index_open(l->expires_at_index, AccessShareLock);
+	/* every record past expires_at is in now's bucket or an older one */
 	ScanKeyInit(&skey, 1, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE,
+				l->expiry_bucketed ?
+				DirectFunctionCall3(timestamptz_bin,
+									IntervalPGetDatum(&l->expiry_stride),
+									TimestampTzGetDatum(now),
+									TimestampTzGetDatum(l->expiry_origin)) :
 				TimestampTzGetDatum(now));
 	snapshot = statement_snapshot();
 	cid = GetCurrentCommandId(true);
@@ -871,6 +920,17 @@ check_conflict_visible(DirectWrite *w, ItemPointer tid)
 	ExecClearTuple(w->slot);
 }
 
+/* Where slot's version of a record was written in heap (row may be NULL) */
+static void
+row_address_of(IdemRowAddress *row, Relation heap, TupleTableSlot *slot)
+{
+	if (row == NULL)
+		return;
+	row->relid = RelationGetRelid(heap);
+	row->relfilenode = heap->rd_rel->relfilenode;
+	row->tid = slot->tts_tid;
+}
+
 /*
  * idem_store_insert's direct path: INSERT ... ON CONFLICT (scope, key) DO
  * NOTHING of a new claim, by speculative insertion as the executor does it
@@ -889,7 +949,7 @@ check_conflict_visible(DirectWrite *w, ItemPointer tid)
  */
 DirectAnswer
 idem_direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
-				   const IdemClaimSpec *t)
+				   const IdemClaimSpec *t, IdemRowAddress *row)
 {
 	Relation	heap;
 	const RecordLayout *l;
@@ -960,7 +1020,10 @@ idem_direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
 		table_tuple_complete_speculative(heap, slot, token, !lost_race);
 		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
 		if (!lost_race)
+		{
+			row_address_of(row, heap, slot);
 			break;
+		}
 	}
 
 	direct_write_end(&w);
@@ -969,13 +1032,15 @@ idem_direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
 }
 
 /*
- * Is the record version in slot that of id, with fence and no final
- * outcome?  (The WHERE clause of PLAN_SET_OUTCOME: a version reached by
- * following an update may belong to another key.)
+ * Is the record version in slot that of id, with fence, and in a status the
+ * change applies to?  (The WHERE clause of the planned UPDATE: a version
+ * reached by following an update may belong to another key.)  An outcome
+ * and a release need a claim without a final outcome (in_progress or
+ * unknown), a checkpoint one in progress.
  */
 static bool
 open_with_fence(TupleTableSlot *slot, const RecordLayout *l, const IdemKey *id,
-				int64 fence)
+				int64 fence, IdemChangeKind kind)
 {
 	bool		isnull;
 	Oid			status = DatumGetObjectId(slot_getattr(slot, l->col.status, &isnull));
@@ -988,17 +1053,21 @@ open_with_fence(TupleTableSlot *slot, const RecordLayout *l, const IdemKey *id,
 											 CStringGetTextDatum(id->key))) &&
 		DatumGetInt64(slot_getattr(slot, l->col.fence, &isnull)) == fence &&
 		(status == l->status_value[IDEM_IN_PROGRESS] ||
-		 status == l->status_value[IDEM_UNKNOWN]);
+		 (kind != IDEM_CHANGE_CHECKPOINT && status == l->status_value[IDEM_UNKNOWN]));
 }
 
 /*
- * The version PLAN_SET_OUTCOME writes in place of old: status, result, no
- * lease and updated_at; expires_at, indexed, stays (a HOT update), but for
- * an unknown outcome, which moves it to the end of its retention.
+ * The version the planned UPDATE of the change writes in place of old:
+ *  - an outcome (PLAN_SET_OUTCOME): status, result, no lease and
+ *    updated_at; expires_at, indexed, stays (a HOT update), but for an
+ *    unknown outcome, which moves it to the end of its retention;
+ *  - a release (PLAN_RELEASE): in progress, the reason in result, the
+ *    lease ended now, updated_at;
+ *  - a checkpoint (PLAN_CHECKPOINT): recovery_point and updated_at.
  */
 static void
-outcome_version(TupleTableSlot *old, TupleTableSlot *new, const RecordLayout *l,
-				IdemStatus status, Jsonb *result, TimestampTz now)
+changed_version(TupleTableSlot *old, TupleTableSlot *new, const RecordLayout *l,
+				const IdemFencedChange *change)
 {
 	int			natts = old->tts_tupleDescriptor->natts;
 	const RecordColumns *col = &l->col;
@@ -1007,19 +1076,55 @@ outcome_version(TupleTableSlot *old, TupleTableSlot *new, const RecordLayout *l,
 	ExecClearTuple(new);
 	memcpy(new->tts_values, old->tts_values, natts * sizeof(Datum));
 	memcpy(new->tts_isnull, old->tts_isnull, natts * sizeof(bool));
-	new->tts_values[col->status - 1] = ObjectIdGetDatum(l->status_value[status]);
-	new->tts_values[col->result - 1] = JsonbPGetDatum(result);
-	new->tts_isnull[col->result - 1] = false;
-	new->tts_isnull[col->locked_until - 1] = true;
-	new->tts_values[col->updated_at - 1] = TimestampTzGetDatum(now);
-	if (status == IDEM_UNKNOWN)
-		new->tts_values[col->expires_at - 1] =
-			TimestampTzGetDatum(record_kept_until(IDEM_SUCCEEDED,
-												  DatumGetTimestampTz(old->tts_values[col->expires_at - 1]),
-												  DatumGetTimestampTz(old->tts_values[col->created_at - 1]),
-												  now));
+	new->tts_values[col->updated_at - 1] = TimestampTzGetDatum(change->now);
+	switch (change->kind)
+	{
+		case IDEM_CHANGE_OUTCOME:
+			new->tts_values[col->status - 1] = ObjectIdGetDatum(l->status_value[change->status]);
+			new->tts_values[col->result - 1] = JsonbPGetDatum(change->value);
+			new->tts_isnull[col->result - 1] = false;
+			new->tts_isnull[col->locked_until - 1] = true;
+			if (change->status == IDEM_UNKNOWN)
+				new->tts_values[col->expires_at - 1] =
+					TimestampTzGetDatum(record_kept_until(IDEM_SUCCEEDED,
+														  DatumGetTimestampTz(old->tts_values[col->expires_at - 1]),
+														  DatumGetTimestampTz(old->tts_values[col->created_at - 1]),
+														  change->now));
+			break;
+		case IDEM_CHANGE_RELEASE:
+			new->tts_values[col->status - 1] = ObjectIdGetDatum(l->status_value[IDEM_IN_PROGRESS]);
+			new->tts_values[col->result - 1] = JsonbPGetDatum(change->value);
+			new->tts_isnull[col->result - 1] = false;
+			new->tts_values[col->locked_until - 1] = TimestampTzGetDatum(change->now);
+			new->tts_isnull[col->locked_until - 1] = false;
+			break;
+		case IDEM_CHANGE_CHECKPOINT:
+			new->tts_values[col->recovery_point - 1] = CStringGetTextDatum(change->recovery_point);
+			new->tts_isnull[col->recovery_point - 1] = false;
+			break;
+	}
 	ExecStoreVirtualTuple(new);
 	ExecMaterializeSlot(new);
+}
+
+/* The columns the planned UPDATE of the change sets; returns how many */
+static int
+changed_columns(const RecordLayout *l, IdemChangeKind kind, AttrNumber *changed)
+{
+	int			n = 0;
+
+	changed[n++] = l->col.updated_at;
+	if (kind == IDEM_CHANGE_CHECKPOINT)
+	{
+		changed[n++] = l->col.recovery_point;
+		return n;
+	}
+	changed[n++] = l->col.status;
+	changed[n++] = l->col.result;
+	changed[n++] = l->col.locked_until;
+	if (kind == IDEM_CHANGE_OUTCOME)
+		changed[n++] = l->col.expires_at;
+	return n;
 }
 
 /*
@@ -1039,55 +1144,110 @@ refuse_under_xact_snapshot(bool deleted)
 }
 
 /*
- * idem_store_set_outcome's direct path: the UPDATE of PLAN_SET_OUTCOME in
- * record_store.c, to the version of the record a new statement snapshot
- * sees, if it carries fence and has no final outcome.  A version that a
+ * Does row still hold the claim's row version, the one that the planned
+ * UPDATE's primary key scan with snapshot would find?  Proven when the
+ * version at row's TID, in the same table and storage (not truncated or
+ * rewritten since), is visible to snapshot and was written by this
+ * transaction, in a subtransaction still alive: no other transaction can
+ * update, lock or delete a version it cannot see, so it is the newest
+ * version of its row; and the primary key lets no other version of its
+ * key be visible beside it (another transaction's would have been found by
+ * the claim's read before its insert, under the same snapshot under
+ * REPEATABLE READ; one of ours would have conflicted with it).  The caller
+ * then checks key, fence and status as the UPDATE's WHERE clause does.
+ * Not under SERIALIZABLE: the scan's predicate locks on the index would be
+ * missing.  The TID's block still exists: the table has been locked since
+ * the version was written (an address written in a subtransaction that
+ * rolls back, releasing its locks, is forgotten), and no VACUUM truncates
+ * a table locked so.  Fetched into slot when true.
+ */
+static bool
+fetch_claim_row(Relation heap, const IdemRowAddress *row, Snapshot snapshot,
+				TupleTableSlot *slot)
+{
+	bool		isnull;
+	TransactionId xmin;
+	ItemPointerData tid;
+
+	if (row == NULL || row->relid != RelationGetRelid(heap) ||
+		row->relfilenode != heap->rd_rel->relfilenode ||
+		!ItemPointerIsValid(&row->tid) || IsolationIsSerializable())
+		return false;
+	tid = row->tid;
+	if (!table_tuple_fetch_row_version(heap, &tid, snapshot, slot))
+		return false;
+	xmin = DatumGetTransactionId(slot_getsysattr(slot, MinTransactionIdAttributeNumber,
+												 &isnull));
+	if (TransactionIdIsCurrentTransactionId(xmin))
+		return true;
+	ExecClearTuple(slot);
+	return false;
+}
+
+/*
+ * idem_store_set_outcome's, idem_store_release's and idem_store_checkpoint's
+ * direct path: the planned UPDATE of the change (PLAN_SET_OUTCOME,
+ * PLAN_RELEASE, PLAN_CHECKPOINT in record_store.c), to the version of the
+ * record a new statement snapshot sees, if it carries fence and is in a
+ * status the change applies to.  That version is fetched by the claim's
+ * row address (row, of a claim this transaction holds; NULL or relid
+ * invalid if none) when fetch_claim_row proves it to be the one; otherwise
+ * an outcome looks the key up in the primary key, and a release or a
+ * checkpoint is left to the SQL (DIRECT_NOT_USED).  A version that a
  * concurrent transaction replaced is handled as UPDATE handles it: 40001
  * under REPEATABLE READ and SERIALIZABLE; otherwise the newest version of
  * the same row is locked and judged again (EvalPlanQual), and a deleted
- * row is not updated.  Returns DIRECT_FOUND when updated, DIRECT_NONE when
- * no such record, DIRECT_NOT_USED.
+ * row is not updated.  Returns DIRECT_FOUND when updated (*row is then the
+ * new version's address), DIRECT_NONE when no such record,
+ * DIRECT_NOT_USED.
  */
 DirectAnswer
-idem_direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
-						IdemStatus status, Jsonb *result, TimestampTz now)
+idem_direct_fenced_update(Oid relid, const IdemKey *id, int64 fence,
+						  const IdemFencedChange *change, IdemRowAddress *row)
 {
 	Relation	heap;
-	Relation	index;
 	const RecordLayout *l;
-	ScanKeyData skey[2];
 	AttrNumber	changed[5];
 	DirectWrite w;
-	IndexScanDesc scan;
 	TupleTableSlot *old;
 	TupleTableSlot *new;
 	DirectAnswer answer = DIRECT_NONE;
 
+	if (change->kind != IDEM_CHANGE_OUTCOME &&
+		(row == NULL || !OidIsValid(row->relid) || !idem_direct_access))
+		return DIRECT_NOT_USED;
 	l = open_direct(relid, RowExclusiveLock, ACL_SELECT | ACL_UPDATE, true, &heap);
 	if (l == NULL)
 		return DIRECT_NOT_USED;
 	/* a table published for updates must say how to identify its rows */
 	CheckCmdReplicaIdentity(heap, CMD_UPDATE);
-	changed[0] = l->col.status;
-	changed[1] = l->col.result;
-	changed[2] = l->col.locked_until;
-	changed[3] = l->col.updated_at;
-	changed[4] = l->col.expires_at;
-	direct_write_begin(&w, heap, l, false, changed, lengthof(changed));
+	direct_write_begin(&w, heap, l, false, changed,
+					   changed_columns(l, change->kind, changed));
 	old = w.slot;
 	new = ExecInitExtraTupleSlot(w.estate, RelationGetDescr(heap),
 								 table_slot_callbacks(heap));
 
-	index = index_open(l->pk_index, AccessShareLock);
-	pk_scan_keys(index, id, skey);
-	scan = compat_index_beginscan(heap, index, w.estate->es_snapshot, 2);
-	index_rescan(scan, skey, 2, NULL, 0);
-	if (!index_getnext_slot(scan, ForwardScanDirection, old))
-		ExecClearTuple(old);
-	index_endscan(scan);
-	index_close(index, NoLock);
+	if (fetch_claim_row(heap, row, w.estate->es_snapshot, old))
+		/* the lock the primary key scan would leave, to the end as ever */
+		LockRelationOid(l->pk_index, AccessShareLock);
+	else if (change->kind == IDEM_CHANGE_OUTCOME)
+	{
+		Relation	index = index_open(l->pk_index, AccessShareLock);
+		ScanKeyData skey[2];
+		IndexScanDesc scan;
 
-	while (!TupIsNull(old) && open_with_fence(old, l, id, fence))
+		pk_scan_keys(index, id, skey);
+		scan = compat_index_beginscan(heap, index, w.estate->es_snapshot, 2);
+		index_rescan(scan, skey, 2, NULL, 0);
+		if (!index_getnext_slot(scan, ForwardScanDirection, old))
+			ExecClearTuple(old);
+		index_endscan(scan);
+		index_close(index, NoLock);
+	}
+	else
+		answer = DIRECT_NOT_USED;
+
+	while (!TupIsNull(old) && open_with_fence(old, l, id, fence, change->kind))
 	{
 		TM_FailureData tmfd;
 		LockTupleMode lockmode;
@@ -1095,7 +1255,7 @@ idem_direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 		TM_Result	locked;
 
 		CHECK_FOR_INTERRUPTS();
-		outcome_version(old, new, l, status, result, now);
+		changed_version(old, new, l, change);
 		ExecConstraints(w.rri, new, w.estate);
 		switch (compat_tuple_update(heap, &old->tts_tid, new,
 									w.estate->es_output_cid,
@@ -1107,6 +1267,7 @@ idem_direct_set_outcome(Oid relid, const IdemKey *id, int64 fence,
 					list_free(compat_insert_index_tuples(w.rri, new, w.estate, true,
 														 NULL, NIL,
 														 indexes == COMPAT_INDEX_SUMMARIZING));
+				row_address_of(row, heap, new);
 				answer = DIRECT_FOUND;
 				break;
 			case TM_Deleted:

@@ -23,9 +23,29 @@ extern DirectAnswer idem_direct_probe_uncommitted(Oid relid, const IdemKey *id,
 												  MemoryContext context);
 extern int64 idem_direct_purge(Oid relid, TimestampTz now, int32 batch_size);
 extern DirectAnswer idem_direct_insert(Oid relid, const IdemKey *id,
-									   bytea *fingerprint, const IdemClaimSpec *t);
-extern DirectAnswer idem_direct_set_outcome(Oid relid, const IdemKey *id,
-											int64 fence, IdemStatus status,
-											Jsonb *result, TimestampTz now);
+									   bytea *fingerprint, const IdemClaimSpec *t,
+									   IdemRowAddress *row);
+
+/* A fenced write after a claim, as record_store.c's planned UPDATE makes it */
+typedef enum IdemChangeKind
+{
+	IDEM_CHANGE_OUTCOME,		/* PLAN_SET_OUTCOME: status, value as result */
+	IDEM_CHANGE_RELEASE,		/* PLAN_RELEASE: value as the reason */
+	IDEM_CHANGE_CHECKPOINT		/* PLAN_CHECKPOINT: recovery_point */
+} IdemChangeKind;
+
+typedef struct IdemFencedChange
+{
+	IdemChangeKind kind;
+	IdemStatus	status;
+	Jsonb	   *value;
+	const char *recovery_point;
+	TimestampTz now;
+} IdemFencedChange;
+
+extern DirectAnswer idem_direct_fenced_update(Oid relid, const IdemKey *id,
+											  int64 fence,
+											  const IdemFencedChange *change,
+											  IdemRowAddress *row);
 
 #endif							/* IDEMPOTENCY_RECORD_DIRECT_H */

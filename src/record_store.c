@@ -88,6 +88,14 @@ typedef enum StorePlanId
 	" AND (status" EQ STATUS("in_progress") \
 	" OR (expires_at OPERATOR(pg_catalog.-) created_at)" LE "(" now " OPERATOR(pg_catalog.-) updated_at)))"
 
+/*
+ * The expiry bucket of a time, as the index idempotent_record_expires_at_idx
+ * has it (written the same way, so that the planner matches it): records
+ * of one minute share one deduplicated B-tree entry.
+ */
+#define EXPIRY_BUCKET(t) \
+	" pg_catalog.date_bin('00:01:00'::pg_catalog.\"interval\", " t ", '2000-01-01 00:00:00+00'::pg_catalog.timestamptz)"
+
 /* %1$s is the qualified table, %2$s the schema */
 static const SavedPlanDef plan_defs[NUM_PLANS] = {
 	[PLAN_READ] = {
@@ -181,23 +189,24 @@ static const SavedPlanDef plan_defs[NUM_PLANS] = {
 		3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 	},
 	/*
-	 * One batch of expired records, oldest first (ORDER BY lets the planner
-	 * walk the expires_at index instead of scanning past live records),
-	 * named by primary key.  SKIP LOCKED: a record that a claim is
-	 * reclaiming right now is left to it, and purge never waits for a
-	 * claim; the DELETE only meets the rows the batch has locked (and
-	 * found expired, in their newest version).  The batch is a
-	 * MATERIALIZED CTE, run once whatever the plan: as a sub-select of the
-	 * DELETE it could be rescanned (a nested loop), each rescan skipping
-	 * the rows already deleted, so that the LIMIT no longer bounded the
-	 * batch.
+	 * One batch of expired records, oldest expiry bucket first: the walk of
+	 * the index on EXPIRY_BUCKET stops at the batch's end (ORDER BY keeps the
+	 * planner from a sequential scan past live records), and EXPIRED checks
+	 * each row.  SKIP LOCKED: a record that a claim is reclaiming right now
+	 * is left to it, and purge never waits for a claim.  The DELETE takes
+	 * the row versions the batch has locked (and found expired, in their
+	 * newest version) by address, a TID scan without a primary-key descent;
+	 * a version the statement's snapshot does not see (updated after it) is
+	 * left for the next purge.  The batch is a MATERIALIZED CTE, run once
+	 * whatever the plan, so that the LIMIT bounds the batch.
 	 */
 	[PLAN_PURGE] = {
 		"WITH batch AS MATERIALIZED ("
-		"SELECT scope, key FROM ONLY %1$s WHERE" EXPIRED("$1")
-		" ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)"
-		" DELETE FROM ONLY %1$s AS r USING batch"
-		" WHERE r.scope" EQ "batch.scope AND r.key" EQ "batch.key",
+		"SELECT ctid FROM ONLY %1$s WHERE" EXPIRY_BUCKET("expires_at") LE EXPIRY_BUCKET("$1")
+		" AND" EXPIRED("$1")
+		" ORDER BY" EXPIRY_BUCKET("expires_at") " LIMIT $2 FOR UPDATE SKIP LOCKED)"
+		" DELETE FROM ONLY %1$s"
+		" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT ctid FROM batch))",
 		2, {TIMESTAMPTZOID, INT4OID}
 	},
 	/* wait => false, before a reclaim or takeover: 55P03 if anyone holds it */
@@ -732,23 +741,35 @@ claim_values(const IdemKey *id, bytea *fingerprint, const IdemClaimSpec *t,
 	values[4] = TimestampTzGetDatum(t->expires_at);
 }
 
+/* No row address known (row may be NULL) */
+static void
+forget_row_address(IdemRowAddress *row)
+{
+	if (row != NULL)
+		row->relid = InvalidOid;
+}
+
 /*
  * Insert a new in-progress record with fence 1.  Like any INSERT into a
  * unique index it waits for an uncommitted duplicate; returns false when a
  * committed one exists (raises 40001 instead when that one is invisible to
- * a REPEATABLE READ or SERIALIZABLE snapshot).
+ * a REPEATABLE READ or SERIALIZABLE snapshot).  *row (unless NULL) is where
+ * the direct path wrote it, for the writes that follow the claim.
  */
 bool
-idem_store_insert(const IdemKey *id, bytea *fingerprint, const IdemClaimSpec *t)
+idem_store_insert(const IdemKey *id, bytea *fingerprint, const IdemClaimSpec *t,
+				  IdemRowAddress *row)
 {
 	Datum		values[7];
 	char		nulls[7] = "       ";
 	bool		inserted;
 
+	forget_row_address(row);
 	/* wait => false keeps its write in the SQL (store_exec_claim_write) */
 	cur.write_blocked = WRITE_NOT_BLOCKED;
 	if (!cur.nowait &&
-		direct_answered(idem_direct_insert(store_relid(), id, fingerprint, t), &inserted))
+		direct_answered(idem_direct_insert(store_relid(), id, fingerprint, t, row),
+						&inserted))
 		return inserted;
 
 	claim_values(id, fingerprint, t, values, nulls);
@@ -809,7 +830,10 @@ idem_store_take_over(const IdemKey *id, int64 seen_fence, bytea *fingerprint,
 /*
  * The fenced writes below change the record only while fence is its
  * current fence and it has no final outcome; each returns false otherwise
- * (the caller then reads the record to say why).
+ * (the caller then reads the record to say why).  row is the claim's row
+ * address when this transaction holds the claim (else NULL): the direct
+ * path may find the record there (idem_direct_fenced_update) and moves it
+ * to the version it writes; a write through the SQL forgets it.
  */
 
 /* Run a fenced write whose plan takes scope, key, fence and two values */
@@ -829,15 +853,17 @@ fenced_write(StorePlanId plan, const IdemKey *id, int64 fence, Datum value3,
 /* Record an outcome (succeeded, failed or unknown) */
 bool
 idem_store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
-					   Jsonb *result, TimestampTz now)
+					   Jsonb *result, TimestampTz now, IdemRowAddress *row)
 {
+	IdemFencedChange change = {IDEM_CHANGE_OUTCOME, status, result, NULL, now};
 	Datum		values[7];
 	bool		updated;
 
-	if (direct_answered(idem_direct_set_outcome(store_relid(), id, fence, status,
-												result, now), &updated))
+	if (direct_answered(idem_direct_fenced_update(store_relid(), id, fence,
+												  &change, row), &updated))
 		return updated;
 
+	forget_row_address(row);
 	id_values(id, values);
 	values[2] = Int64GetDatum(fence);
 	values[3] = CStringGetTextDatum(idem_status_names[status]);
@@ -852,8 +878,16 @@ idem_store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
  * error of the failed attempt) is kept in result.
  */
 bool
-idem_store_release(const IdemKey *id, int64 fence, Jsonb *reason, TimestampTz now)
+idem_store_release(const IdemKey *id, int64 fence, Jsonb *reason, TimestampTz now,
+				   IdemRowAddress *row)
 {
+	IdemFencedChange change = {IDEM_CHANGE_RELEASE, IDEM_IN_PROGRESS, reason, NULL, now};
+	bool		updated;
+
+	if (direct_answered(idem_direct_fenced_update(store_relid(), id, fence,
+												  &change, row), &updated))
+		return updated;
+	forget_row_address(row);
 	return fenced_write(PLAN_RELEASE, id, fence, TimestampTzGetDatum(now),
 						JsonbPGetDatum(reason));
 }
@@ -861,8 +895,16 @@ idem_store_release(const IdemKey *id, int64 fence, Jsonb *reason, TimestampTz no
 /* Save the recovery point of an in-progress claim */
 bool
 idem_store_checkpoint(const IdemKey *id, int64 fence, const char *recovery_point,
-					  TimestampTz now)
+					  TimestampTz now, IdemRowAddress *row)
 {
+	IdemFencedChange change = {IDEM_CHANGE_CHECKPOINT, IDEM_IN_PROGRESS, NULL,
+	recovery_point, now};
+	bool		updated;
+
+	if (direct_answered(idem_direct_fenced_update(store_relid(), id, fence,
+												  &change, row), &updated))
+		return updated;
+	forget_row_address(row);
 	return fenced_write(PLAN_CHECKPOINT, id, fence,
 						CStringGetTextDatum(recovery_point),
 						TimestampTzGetDatum(now));
@@ -883,6 +925,7 @@ int64
 idem_store_purge(TimestampTz now, int32 batch_size)
 {
 	Datum		values[2];
+	int			nestlevel;
 	int64		purged = idem_direct_purge(store_relid(), now, batch_size);
 
 	if (purged != DIRECT_NOT_USED)
@@ -896,7 +939,20 @@ idem_store_purge(TimestampTz now, int32 batch_size)
 	}
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = Int32GetDatum(batch_size);
-	return store_exec(PLAN_PURGE, values, NULL, SPI_OK_DELETE);
+
+	/*
+	 * Never a sequential scan: the planner costs one (and a sort) as if the
+	 * expired records were spread evenly over the table, but they may be
+	 * anywhere, and each batch would read every live record.  The walk of
+	 * the index by the minute of expires_at stops at the batch's end.  The
+	 * setting holds for the planning of this statement only.
+	 */
+	nestlevel = NewGUCNestLevel();
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	purged = store_exec(PLAN_PURGE, values, NULL, SPI_OK_DELETE);
+	AtEOXact_GUC(true, nestlevel);
+	return purged;
 }
 
 /* The unexpired record of id as a heap tuple in the caller's context */

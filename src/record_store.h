@@ -23,7 +23,7 @@ extern void idem_store_end(void);
 extern void idem_store_register_callbacks(void);
 extern bool idem_store_read(const IdemKey *id, IdemRecord *rec);
 extern bool idem_store_insert(const IdemKey *id, bytea *fingerprint,
-							  const IdemClaimSpec *t);
+							  const IdemClaimSpec *t, IdemRowAddress *row);
 extern bool idem_store_reclaim_expired(const IdemKey *id, int64 seen_fence,
 									   bytea *fingerprint, const IdemClaimSpec *t,
 									   int64 *new_fence);
@@ -32,11 +32,12 @@ extern bool idem_store_take_over(const IdemKey *id, int64 seen_fence,
 								 int64 *new_fence);
 extern bool idem_store_set_outcome(const IdemKey *id, int64 fence,
 								   IdemStatus status, Jsonb *result,
-								   TimestampTz now);
+								   TimestampTz now, IdemRowAddress *row);
 extern bool idem_store_release(const IdemKey *id, int64 fence, Jsonb *reason,
-							   TimestampTz now);
+							   TimestampTz now, IdemRowAddress *row);
 extern bool idem_store_checkpoint(const IdemKey *id, int64 fence,
-								  const char *recovery_point, TimestampTz now);
+								  const char *recovery_point, TimestampTz now,
+								  IdemRowAddress *row);
 extern bool idem_store_extend_lease(const IdemKey *id, int64 fence,
 									TimestampTz locked_until, TimestampTz now);
 extern int64 idem_store_purge(TimestampTz now, int32 batch_size);

@@ -11,6 +11,11 @@
  * an older one (the older one was released, or its record was deleted by
  * this transaction), so only the newest claim of each key needs an outcome.
  * Rolling the newer claim back makes the older one the newest again.
+ *
+ * Each claim also keeps the address of its row version (the TID this
+ * transaction wrote it at), which the writes after the claim try before
+ * looking the key up.  An address written in a subtransaction that rolls
+ * back is forgotten: that version is gone, and its page may be too.
  */
 #include "postgres.h"
 
@@ -26,7 +31,7 @@
 static List *held_claims = NIL;
 
 void
-idem_claims_add(const IdemKey *id, int64 fence)
+idem_claims_add(const IdemKey *id, int64 fence, const IdemRowAddress *row)
 {
 	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
 	HeldClaim  *claim = palloc(sizeof(HeldClaim));
@@ -36,6 +41,8 @@ idem_claims_add(const IdemKey *id, int64 fence)
 	claim->fence = fence;
 	claim->claimed_in = GetCurrentSubTransactionId();
 	claim->finished_in = InvalidSubTransactionId;
+	claim->row = *row;
+	claim->row_written_in = claim->claimed_in;
 	held_claims = lappend(held_claims, claim);
 	MemoryContextSwitchTo(old);
 }
@@ -69,6 +76,17 @@ void
 idem_claims_mark_finished(HeldClaim *claim)
 {
 	claim->finished_in = GetCurrentSubTransactionId();
+}
+
+/*
+ * The claim's row address, for a write of this subtransaction that may
+ * move it (a new version) or forget it
+ */
+IdemRowAddress *
+idem_claims_row(HeldClaim *claim)
+{
+	claim->row_written_in = GetCurrentSubTransactionId();
+	return &claim->row;
 }
 
 static void
@@ -133,6 +151,8 @@ claims_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 					claim->claimed_in = parentSubid;
 				if (claim->finished_in == mySubid)
 					claim->finished_in = parentSubid;
+				if (claim->row_written_in == mySubid)
+					claim->row_written_in = parentSubid;
 			}
 			break;
 		case SUBXACT_EVENT_ABORT_SUB:
@@ -141,9 +161,14 @@ claims_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 				HeldClaim  *claim = lfirst(lc);
 
 				if (claim->claimed_in == mySubid)
+				{
 					held_claims = foreach_delete_current(held_claims, lc);
-				else if (claim->finished_in == mySubid)
+					continue;
+				}
+				if (claim->finished_in == mySubid)
 					claim->finished_in = InvalidSubTransactionId;
+				if (claim->row_written_in == mySubid)
+					claim->row.relid = InvalidOid;
 			}
 			break;
 		default:

@@ -4,7 +4,7 @@ every required field and the type of every field present, and the
 project's own rule for versions: PGXN needs semantic versions, the
 control file's default_version has two parts, so META.json's version and
 the version of each extension it provides are default_version with ".0"
-appended (1.1 -> 1.1.0).  With an archive (make dist) also what PGXN
+appended (1.2 -> 1.2.0).  With an archive (make dist) also what PGXN
 Manager accepts: every entry under idempotency-<version>/, META.json at
 that folder's root, equal to the tree's.
 Prints "ok N - ..." / "not ok N - ..." per check, then "N passed, N failed".

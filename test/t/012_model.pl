@@ -19,6 +19,9 @@
 #     of an UPDATE or a DELETE of the record it is about; after a writable
 #     CTE that updated that record; before an UPDATE of that record, or in
 #     the WHERE clause of an UPDATE or a DELETE of it;
+#   - the session's own UPDATE or DELETE of a record, a statement of its
+#     own (between a claim and its outcome the claim's row address goes
+#     stale; after a DELETE the key can be claimed again in the transaction);
 #   - BEGIN (READ COMMITTED, REPEATABLE READ, or SERIALIZABLE in one
 #     session), COMMIT, PREPARE TRANSACTION with COMMIT PREPARED, ROLLBACK,
 #     SAVEPOINT, ROLLBACK TO, RELEASE;
@@ -414,8 +417,12 @@ sub m_once
 	return ('00000', 't');
 }
 
-# The expired records purge visits, oldest expires_at first (the control
-# connection sets expires_at a day before updated_at: see expire_record)
+# The expired records purge visits.  Purge visits them by the minute of
+# expires_at, in the order of the heap within a minute, which the model
+# does not know, so every batch is at least as large as the number of
+# records here (see batch): which records go does not depend on the order;
+# the sort only makes the walk repeatable.  (sql/expiry_bucket.sql checks
+# the order and the bound of batches.)
 sub m_purge
 {
 	my ($s, $op) = @_;
@@ -445,11 +452,31 @@ sub m_claim_finish
 	return ('00000', "$outcome|$fence|");
 }
 
+# The session's own UPDATE (touch) or DELETE (drop_row) of the record, a
+# statement of its own: between a claim and its outcome it leaves the
+# claim's row address stale, and a DELETE lets the key be claimed again in
+# the same transaction
+sub m_row_change
+{
+	my ($s, $op) = @_;
+	my $r = visible($s, $op->{id});
+	return ('00000', '') unless $r;
+	return ('40001', '') if snap_changed($s, $op->{id});
+	if ($op->{kind} eq 'drop_row')
+	{
+		write_row($s, $op->{id}, { deleted => 1 });
+		return ('00000', 'deleted');
+	}
+	write_row($s, $op->{id}, { %{ deep($r) }, rp => "u$op->{n}" });
+	return ('00000', 'updated');
+}
+
 sub base_call
 {
 	my ($s, $op) = @_;
 	my $k = $op->{kind};
 	return $k eq 'claim' ? m_claim($s, $op)
+	  : $k =~ /^(touch|drop_row)$/ ? m_row_change($s, $op)
 	  : $k eq 'claim_finish' ? m_claim_finish($s, $op)
 	  : $k eq 'lookup'       ? m_lookup($s, $op)
 	  : $k eq 'once'         ? m_once($s, $op)
@@ -649,6 +676,7 @@ sub model_step
 ###############################################################################
 my %write_kind = map { $_ => 1 } qw(finish fail mark_unknown checkpoint extend_lease);
 my %call_kind = map { $_ => 1 } (keys %write_kind, qw(claim claim_finish lookup once purge));
+my %row_change_kind = map { $_ => 1 } qw(touch drop_row);
 
 # May $op run now without waiting for another session?  Fills in what the
 # current model state decides (fence values, savepoint names, leases).
@@ -688,6 +716,8 @@ sub resolve
 		} @{ $x->{deferred} };
 		return $x->{in_tx};
 	}
+	# the session's UPDATE or DELETE would wait for another writer of the row
+	return !defined writer_of($s, $op->{id}) if $row_change_kind{$k};
 	die "unknown step $k" unless $call_kind{$k};
 	my $w = writer_of($s, $op->{id});
 	# an UPDATE of the record, or idem_once, would wait for the other writer
@@ -800,6 +830,8 @@ sub op_sql
 	  if $k eq 'expire_record';
 	my $w = $op->{wrap};
 	my $set = "SET recovery_point = 'u$op->{n}'";
+	return "UPDATE idempotent_record $set WHERE $where RETURNING 'updated'" if $k eq 'touch';
+	return "DELETE FROM idempotent_record WHERE $where RETURNING 'deleted'" if $k eq 'drop_row';
 	if ($w eq 'upd' || $w eq 'cte' || $w eq 'del' || $w eq 'where')
 	{
 		# the call takes key, scope (and fence) from the updated (deleted) row
@@ -841,7 +873,7 @@ sub op_text
 my @weights = (claim => 26, claim_finish => 3, finish => 10, fail => 9, mark_unknown => 3,
 	checkpoint => 5, extend_lease => 3, lookup => 5, once => 3, purge => 3, begin => 9,
 	commit => 8, prepare => 1, rollback => 3, savepoint => 6, rollback_to => 6, release => 3,
-	expire_lease => 5, expire_record => 3);
+	expire_lease => 5, expire_record => 3, touch => 4, drop_row => 2);
 # statement shapes of a call: plain SELECT, error caught in PL/pgSQL, BEFORE
 # or AFTER trigger or one deferred to COMMIT, INSERT ... SELECT, RETURNING of
 # an UPDATE or a DELETE of the record, after a writable CTE that updated it,
@@ -878,7 +910,8 @@ sub random_op
 	$op->{value} = $kind eq 'checkpoint' ? "p$n" : "{\"n\": $n}";
 	$op->{retryable} = rand() < 0.5 ? 1 : 0;
 	$op->{own_key} = rand() < 0.7 ? 1 : 0;
-	$op->{batch} = (1, 2, 100)[ int(rand(3)) ];
+	# never fewer than the records (@ids): see m_purge
+	$op->{batch} = (scalar(@ids), scalar(@ids) + 1, 100)[ int(rand(3)) ];
 	$op->{iso} = (qw(rc rc rc rr sr))[ int(rand(5)) ];
 	$op->{name} = "sp$n" if $kind eq 'savepoint';
 	$op->{pick} = int(rand(100));

@@ -101,6 +101,17 @@ sub check_after_update
 			COMMIT;
 			SELECT outcome || ' ' || (result ->> 'again') FROM idem_claim('old-1');}),
 		"claimed 1\n\nreplay 1", "$what: a purged key is claimed anew");
+	# purge after the update, through the index the update made: bounded
+	# batches of expired records, the live ones left
+	$node->safe_psql($db, q{
+		INSERT INTO idempotent_record (key, status, fence, created_at, updated_at, expires_at)
+		SELECT 'bulk-' || i, 'succeeded', 1, now() - interval '2 days', now() - interval '2 days',
+		       now() - interval '1 day' + CASE WHEN i % 2 = 0 THEN interval '2 days' ELSE interval '0' END
+		  FROM generate_series(1, 500) AS i});
+	is( $node->safe_psql($db, 'SELECT idem_purge(100); SELECT idem_purge(100); SELECT idem_purge(100);'),
+		"100\n100\n50", "$what: purge deletes the 250 expired records of 500 in batches of at most 100");
+	is( $node->safe_psql($db, "SELECT count(*) || ' ' || bool_and(expires_at > now()) FROM idempotent_record WHERE key LIKE 'bulk-%'"),
+		'250 true', "$what: ... and leaves the 250 live ones");
 }
 
 # every column of every row, in a stable order
@@ -253,12 +264,11 @@ my $fresh = $node->safe_psql('fresh', $objects);
 my $n_objects = () = $fresh =~ /\n/g;
 ok($n_objects > 20, "a fresh install has its objects ($n_objects lines)");
 
-# upgrade_path_check(version): create at version, update to the default,
-# compare with the fresh install; returns the differences
-sub upgrade_path_check
+# filled_database(name, version): a new database with the extension at
+# version and every kind of record; returns its name and the records' digest
+sub filled_database
 {
-	my ($version) = @_;
-	my $db = "upgrade_from_$version";
+	my ($db, $version) = @_;
 	$db =~ s/\W/_/g;
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
 	$node->safe_psql($db, "CREATE EXTENSION idempotency VERSION '$version'");
@@ -266,6 +276,15 @@ sub upgrade_path_check
 	$node->safe_psql($db, $fill_tokens) if $has_tokens;
 	$node->safe_psql($db, $fill_more);
 	my $before = $node->safe_psql($db, $records_digest);
+	return ($db, $before);
+}
+
+# upgrade_path_check(version): create at version, update to the default,
+# compare with the fresh install; returns the differences
+sub upgrade_path_check
+{
+	my ($version) = @_;
+	my ($db, $before) = filled_database("upgrade_from_$version", $version);
 	$node->safe_psql($db, 'ALTER EXTENSION idempotency UPDATE');
 	is($node->safe_psql($db, "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'"),
 		$default_version, "from $version: ALTER EXTENSION UPDATE reaches $default_version");
@@ -279,6 +298,36 @@ sub upgrade_path_check
 
 my $db;
 $db = upgrade_path_check($_) for @versions;
+
+# stepwise_check(version): create at version, then ALTER EXTENSION UPDATE
+# TO each later version in turn (1.0, then 1.1, then 1.2), as a
+# deployment that updated at every release did; records made before the
+# first step survive every step, and the result equals a fresh install
+sub stepwise_check
+{
+	my ($version) = @_;
+	my @later = grep { version_list($_) gt version_list($version) } @versions;
+	my ($db, $before) = filled_database("stepwise_from_$version", $version);
+	for my $step (@later)
+	{
+		$node->safe_psql($db, "ALTER EXTENSION idempotency UPDATE TO '$step'");
+		is($node->safe_psql($db, "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'"),
+			$step, "from $version step by step: at $step");
+		is($node->safe_psql($db, $records_digest), $before,
+			"from $version step by step: the records are untouched by the update to $step");
+	}
+	is($node->safe_psql($db, $objects), $fresh,
+		"from $version step by step: the objects and their definitions equal a fresh install");
+	check_replays($db, "from $version step by step");
+	check_after_update($db, "from $version step by step");
+}
+# versions as zero-padded strings, so that gt orders 1.10 after 1.9
+sub version_list { return join '.', map { sprintf '%05d', $_ } split /\./, $_[0]; }
+# (from a version with one later version, the path above is already one step)
+for my $v (@versions)
+{
+	stepwise_check($v) if (grep { version_list($_) gt version_list($v) } @versions) >= 2;
+}
 
 # privileges_check(version): a deployment's own privileges on idem_claim
 # (which 1.1 replaces) survive the update, and pg_dump still dumps them
