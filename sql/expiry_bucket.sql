@@ -21,31 +21,9 @@ CREATE FUNCTION pg_temp.expiry_index_scans() RETURNS bigint LANGUAGE sql AS $$
 SET stats_fetch_consistency = none;
 
 SELECT setting AS direct_access FROM pg_settings WHERE name = 'idempotency.direct_access';
-SELECT pg_temp.claims_aged();
-SELECT pg_stat_force_next_flush() \gset
-SELECT pg_temp.expiry_index_scans() AS scans_before \gset
--- one record per batch, oldest expiry first
-SELECT idem_purge(1);
-SELECT key FROM idempotent_record ORDER BY key;
-SELECT idem_purge(1);
-SELECT key FROM idempotent_record ORDER BY key;
--- the last expired one, and the live one stays
-SELECT idem_purge(100);
-SELECT key FROM idempotent_record ORDER BY key;
-SELECT pg_stat_force_next_flush() \gset
-SELECT pg_temp.expiry_index_scans() - :scans_before AS expiry_index_scans;
+\i sql/include/purge_oldest_first.sql
 
 -- the same on planned SQL
 TRUNCATE idempotent_record;
 SET idempotency.direct_access = off;
-SELECT pg_temp.claims_aged();
-SELECT pg_stat_force_next_flush() \gset
-SELECT pg_temp.expiry_index_scans() AS scans_before \gset
-SELECT idem_purge(1);
-SELECT key FROM idempotent_record ORDER BY key;
-SELECT idem_purge(1);
-SELECT key FROM idempotent_record ORDER BY key;
-SELECT idem_purge(100);
-SELECT key FROM idempotent_record ORDER BY key;
-SELECT pg_stat_force_next_flush() \gset
-SELECT pg_temp.expiry_index_scans() - :scans_before AS expiry_index_scans;
+\i sql/include/purge_oldest_first.sql
