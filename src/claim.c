@@ -22,6 +22,7 @@
 #include "utils/memutils.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
+#include "utils/typcache.h"
 
 #include "args.h"
 #include "citus.h"
@@ -315,13 +316,16 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
  * would otherwise pay on every call.  Any change to a function, type or
  * enum label drops it (an extension update may change the row type, or the
  * schema the type is in), and so does any change to the row type's
- * columns (ALTER TYPE ... ATTRIBUTE: an invalidation of its relation).
+ * columns (ALTER TYPE ... ATTRIBUTE), which gives the type cache's row
+ * descriptor a new identifier (checked per call: a hash lookup; a relcache
+ * callback of our own could run out of slots beside Citus's).
  * The columns must be of the types idem_claim fills them with.
  */
 typedef struct ClaimResultType
 {
 	Oid			fn_oid;			/* InvalidOid: not built */
-	Oid			relid;			/* the row type's relation */
+	Oid			typid;			/* the row type */
+	uint64		tupdesc_id;		/* its type cache descriptor's identifier */
 	TupleDesc	desc;
 	Datum		status[IDEM_UNKNOWN + 1];
 } ClaimResultType;
@@ -333,13 +337,6 @@ static void
 result_type_invalidate(Datum arg, int cacheid, uint32 hashvalue)
 {
 	result_type.fn_oid = InvalidOid;
-}
-
-static void
-result_type_relcache_invalidate(Datum arg, Oid relid)
-{
-	if (!OidIsValid(relid) || relid == result_type.relid)
-		result_type.fn_oid = InvalidOid;
 }
 
 /* The types of idem_claim_result's columns, in order (status: any enum) */
@@ -373,7 +370,9 @@ claim_result_type(FunctionCallInfo fcinfo)
 	TupleDesc	desc;
 	MemoryContext old;
 
-	if (result_type.fn_oid == fcinfo->flinfo->fn_oid)
+	if (result_type.fn_oid == fcinfo->flinfo->fn_oid &&
+		lookup_type_cache(result_type.typid, TYPECACHE_TUPDESC)->tupDesc_identifier ==
+		result_type.tupdesc_id)
 		return &result_type;
 	if (result_type_context == NULL)
 	{
@@ -383,14 +382,15 @@ claim_result_type(FunctionCallInfo fcinfo)
 		CacheRegisterSyscacheCallback(PROCOID, result_type_invalidate, (Datum) 0);
 		CacheRegisterSyscacheCallback(TYPEOID, result_type_invalidate, (Datum) 0);
 		CacheRegisterSyscacheCallback(ENUMOID, result_type_invalidate, (Datum) 0);
-		CacheRegisterRelcacheCallback(result_type_relcache_invalidate, (Datum) 0);
 	}
 	result_type.fn_oid = InvalidOid;
 	MemoryContextReset(result_type_context);
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "idem_claim must return a composite type");
 	check_result_columns(desc);
-	result_type.relid = get_typ_typrelid(desc->tdtypeid);
+	result_type.typid = desc->tdtypeid;
+	result_type.tupdesc_id =
+		lookup_type_cache(desc->tdtypeid, TYPECACHE_TUPDESC)->tupDesc_identifier;
 	old = MemoryContextSwitchTo(result_type_context);
 	result_type.desc = BlessTupleDesc(CreateTupleDescCopy(desc));
 	for (int i = 0; i <= (int) IDEM_UNKNOWN; i++)
