@@ -836,6 +836,22 @@ idem_store_take_over(const IdemKey *id, int64 seen_fence, bytea *fingerprint,
  * to the version it writes; a write through the SQL forgets it.
  */
 
+/*
+ * The direct path of a fenced write of the claim at row (or found by key);
+ * true when it answered (*updated then says whether it wrote), false when
+ * the SQL must run, which forgets the row address.
+ */
+static bool
+direct_fenced_write(const IdemKey *id, int64 fence, const IdemFencedChange *change,
+					IdemRowAddress *row, bool *updated)
+{
+	if (direct_answered(idem_direct_fenced_update(store_relid(), id, fence,
+												  change, row), updated))
+		return true;
+	forget_row_address(row);
+	return false;
+}
+
 /* Run a fenced write whose plan takes scope, key, fence and two values */
 static bool
 fenced_write(StorePlanId plan, const IdemKey *id, int64 fence, Datum value3,
@@ -859,11 +875,8 @@ idem_store_set_outcome(const IdemKey *id, int64 fence, IdemStatus status,
 	Datum		values[7];
 	bool		updated;
 
-	if (direct_answered(idem_direct_fenced_update(store_relid(), id, fence,
-												  &change, row), &updated))
+	if (direct_fenced_write(id, fence, &change, row, &updated))
 		return updated;
-
-	forget_row_address(row);
 	id_values(id, values);
 	values[2] = Int64GetDatum(fence);
 	values[3] = CStringGetTextDatum(idem_status_names[status]);
@@ -884,10 +897,8 @@ idem_store_release(const IdemKey *id, int64 fence, Jsonb *reason, TimestampTz no
 	IdemFencedChange change = {IDEM_CHANGE_RELEASE, IDEM_IN_PROGRESS, reason, NULL, now};
 	bool		updated;
 
-	if (direct_answered(idem_direct_fenced_update(store_relid(), id, fence,
-												  &change, row), &updated))
+	if (direct_fenced_write(id, fence, &change, row, &updated))
 		return updated;
-	forget_row_address(row);
 	return fenced_write(PLAN_RELEASE, id, fence, TimestampTzGetDatum(now),
 						JsonbPGetDatum(reason));
 }
@@ -901,10 +912,8 @@ idem_store_checkpoint(const IdemKey *id, int64 fence, const char *recovery_point
 	recovery_point, now};
 	bool		updated;
 
-	if (direct_answered(idem_direct_fenced_update(store_relid(), id, fence,
-												  &change, row), &updated))
+	if (direct_fenced_write(id, fence, &change, row, &updated))
 		return updated;
-	forget_row_address(row);
 	return fenced_write(PLAN_CHECKPOINT, id, fence,
 						CStringGetTextDatum(recovery_point),
 						TimestampTzGetDatum(now));
