@@ -12,7 +12,7 @@
 #                         [--threads N] [--duration S] [--runs N]
 #                         [--records N,N...] [--b6-records N] [--replay-keys N]
 #                         [--purge-rows N] [--protocol prepared|extended]
-#                         [--part all|base|sizes]
+#                         [--part all|base|http|sizes]
 #   make bench BENCH_ARGS="--runs 5 --duration 20"
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -61,7 +61,7 @@ for v in CLIENTS HOT_CLIENTS HOT_KEYS THREADS DURATION RUNS B6_RECORDS REPLAY_KE
 done
 [[ $SIZES =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { say "--records must be positive integers separated by commas"; usage; }
 IFS=, read -r -a SIZE_LIST <<<"$SIZES"
-[[ $PART =~ ^(all|base|sizes)$ ]] || { say "--part must be all, base or sizes"; usage; }
+[[ $PART =~ ^(all|base|http|sizes)$ ]] || { say "--part must be all, base, http or sizes"; usage; }
 part() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
 
 ensure_packages "${IDEM_PACKAGES[@]}" redis-server python3-redis python3-psycopg "${JAVA_PACKAGES[@]}" || exit 1
@@ -511,7 +511,11 @@ part sizes && { bench_sizes || FAILED_ROWS+=(sizes); }
 # idempotency.retry_after is 20 ms there, the order of the handler's time:
 # a duplicate of another process's request would poll every 10-20 ms at most
 # (package-wait's duplicates of the app's own requests wait in memory).
+# The references run new keys only: the package's transaction shape with
+# no idempotency work, and with the least record a hand-written middleware
+# keeps (bench/http/app.js).
 B9_VARIANTS=(none express-idempotency node-idempotency package)
+B9_REFERENCES=(round-trips hand-record)
 B9_PORT=${IDEM_B9_PORT:-18380}
 b9_app_start() {  # VARIANT: the app on B9_PORT, its pid file registered
     local pidfile=$WORK/b9-app.pid i
@@ -545,15 +549,16 @@ bench_http_middlewares() {
         && createdb idem_bench_http \
         && psql -X -q -v ON_ERROR_STOP=1 -d idem_bench_http -c 'CREATE EXTENSION idempotency' \
             -c 'CREATE TABLE bench_http_order (id bigserial PRIMARY KEY, idempotency_key text, sku text, qty int)' \
+            -c 'CREATE TABLE bench_http_hand_record (key text PRIMARY KEY, request text, status int, response text)' \
             -c "ALTER DATABASE idem_bench_http SET idempotency.retry_after = '20ms'" \
         || return 1
     export BENCH_DSN="postgresql://postgres@/idem_bench_http?host=$PGHOST&port=$PGPORT"
     export BENCH_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
     for run in $(seq "$RUNS"); do
-        for v in "${B9_VARIANTS[@]}" package-wait; do
+        for v in "${B9_VARIANTS[@]}" package-wait "${B9_REFERENCES[@]}"; do
             b9_app_start "$v" || { FAILED_ROWS+=("b9_$v"); continue; }
             [ "$v" = package-wait ] || b9_wrk "b9_${v}_new" 1
-            b9_wrk "b9_${v}_storm" 5
+            [[ " ${B9_REFERENCES[*]} " = *" $v "* ]] || b9_wrk "b9_${v}_storm" 5
             server_stop "$WORK/b9-app.pid"
         done
     done
@@ -582,7 +587,7 @@ bench_http_middlewares() {
     redis ping >/dev/null || { say "B9: redis-server did not come back"; return 1; }
 }
 declare -A B9_FAULT
-part base && { bench_http_middlewares || FAILED_ROWS+=(b9); }
+part http && { bench_http_middlewares || FAILED_ROWS+=(b9); }
 # --- end of B9 -------------------------------------------------------------
 
 # ---------------------------------------------------------------------------
@@ -696,7 +701,19 @@ done
 # --- B9 table ------------------------------------------------------------
 b9_row() { printf '| %-34s | %16s | %16s | %16s | %16s |\n' "$@"; }
 b9_field() { sed -n "s/.* $2=\([0-9]*\).*/\1/p; s/^$2=\([0-9]*\).*/\1/p" <<<"${B9_FAULT[$1]:-}"; }
-part base && {
+# b9_vs_redis NAME: median over runs of NAME's new keys against the faster
+# Redis variant of the same run
+b9_vs_redis() {
+    local r out=()
+    for r in $(seq "$RUNS"); do
+        [ -n "${R[b9_$1_new.$r]:-}" ] && [ -n "${R[b9_node-idempotency_new.$r]:-}" ] \
+            && [ -n "${R[b9_express-idempotency_new.$r]:-}" ] &&
+            out+=("$(awk -v a="${R[b9_$1_new.$r]}" -v b="${R[b9_node-idempotency_new.$r]}" \
+                -v c="${R[b9_express-idempotency_new.$r]}" 'BEGIN {print a / (b > c ? b : c)}')")
+    done
+    median "${out[@]}"
+}
+part http && {
 echo
 echo "B9 — Express 5 POST /orders, pg pool 10, wrk -t$THREADS -c50 -d${DURATION}s, median of $RUNS runs;" \
      "ratio = variant / clients/node (package) within each run, then median. A shared, loaded machine:" \
@@ -727,9 +744,7 @@ cells=()
 for v in "${B9_VARIANTS[@]}"; do cells+=("$(b9_field "throw.$v" duplicated) / $(b9_field "throw.$v" stuck) / $(b9_field "throw.$v" failed)"); done
 b9_row "handler throws: 2+ rows / 409 / 5xx" "${cells[@]}"
 echo
-r=$(ratio b9_package_new b9_node-idempotency_new)
-r2=$(ratio b9_package_new b9_express-idempotency_new)
-echo "clients/node against the faster Redis variant on new keys: $(fmt "$(awk -v a="$r" -v b="$r2" 'BEGIN {print (a < b ? a : b)}')" 2)x (target >= 1.0);" \
+echo "clients/node against the faster Redis variant on new keys: $(fmt "$(b9_vs_redis package)" 2)x (target >= 1.0);" \
      "storm with duplicates waiting (waitFor 10 s) against 409 at once: $(fmt "$(ratio b9_package-wait_storm b9_package_storm)" 2)x (target >= 0.8)."
 echo "kill -9: the app killed after 1000 answers of a 50-client storm, restarted, every key sent retried up to 5 times" \
      "(Retry-After honoured, at most 2 s); keys sent: $(for v in "${B9_VARIANTS[@]}"; do printf '%s %s; ' "$v" "$(b9_field "kill.$v" keys)"; done)"
@@ -738,6 +753,11 @@ echo "Redis killed: redis-server killed with kill -9 after 1000 answers of the s
      "exited on its own and was started again for the retries)." \
      "Handler throws: 100 keys sent once to a handler that fails after its insert the first time it sees a key," \
      "then retried the same way; 409 / 5xx: keys with an order whose last answer was that (no 2xx)."
+echo "References, new keys, on one pooled connection in three round trips as clients/node: with no idempotency" \
+     "work $(fmt "$(med b9_round-trips_new)") requests/s ($(fmt "$(b9_vs_redis round-trips)" 2)x the faster Redis variant)," \
+     "with a hand-written record (INSERT ... ON CONFLICT DO NOTHING, UPDATE with the response)" \
+     "$(fmt "$(med b9_hand-record_new)") ($(fmt "$(b9_vs_redis hand-record)" 2)x); clients/node" \
+     "$(fmt "$(ratio b9_package_new b9_hand-record_new)" 2)x the hand-written record."
 }
 # --- end of B9 table -------------------------------------------------------
 

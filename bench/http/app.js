@@ -9,6 +9,16 @@
 //   package              this repository's clients/node (pg-idempotency-key),
 //                        prepare: true (the app connects directly);
 //                        package-wait: the same, duplicates polling up to 10 s
+// and two references for new keys, the package's transaction shape with
+// less work in it (one pooled connection, three round trips):
+//   round-trips          BEGIN with a one-row SELECT, the insert, a one-row
+//                        SELECT with COMMIT: no idempotency work at all
+//   hand-record          the least record a hand-written middleware keeps in
+//                        the same transaction: BEGIN with INSERT ... ON
+//                        CONFLICT DO NOTHING of the key and body, the insert,
+//                        UPDATE of the record with the response and COMMIT
+//                        (no fence, expiry, in-flight answer or fingerprint
+//                        check: a duplicate waits on the primary key)
 // POST /orders/throw is the same handler throwing after its insert the
 // first time a key is seen (fault.js, "handler throws").
 // node app.js VARIANT PORT   (BENCH_DSN, BENCH_REDIS_URL); pg pool of 10.
@@ -89,6 +99,29 @@ if (variant === 'none' || variant === 'express-idempotency') {
     const { rows } = await req.idempotency.client.query(INSERT, [req.idempotency.key, req.body.sku, req.body.qty]);
     failOnce(req.path, req.idempotency.key);
     res.status(201).json(orderBody(rows[0].id, req.body));
+  });
+} else if (variant === 'round-trips' || variant === 'hand-record') {
+  const lit = (v) => pg.Client.prototype.escapeLiteral(String(v));
+  const claimSql = (key, body) => (variant === 'round-trips' ? "BEGIN; SELECT 'claimed'"
+    : `BEGIN; INSERT INTO bench_http_hand_record (key, request) VALUES (${lit(key)}, ${lit(JSON.stringify(body))})`
+      + " ON CONFLICT DO NOTHING RETURNING 'claimed'");
+  const finishSql = (key, response) => (variant === 'round-trips' ? "SELECT 'finished'; COMMIT"
+    : `UPDATE bench_http_hand_record SET status = 201, response = ${lit(JSON.stringify(response))}`
+      + ` WHERE key = ${lit(key)}; COMMIT`);
+  app.post('/orders', async (req, res) => {
+    const key = req.get('idempotency-key');
+    const client = await pool.connect();
+    try {
+      await client.query(claimSql(key, req.body));
+      const { rows } = await client.query(INSERT, [key, req.body.sku, req.body.qty]);
+      const body = orderBody(rows[0].id, req.body);
+      await client.query(finishSql(key, body));
+      client.release();
+      res.status(201).json(body);
+    } catch (err) {
+      client.release(err);
+      throw err;
+    }
   });
 } else {
   throw new Error(`unknown variant ${variant}`);
