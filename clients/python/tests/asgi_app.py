@@ -102,12 +102,18 @@ async def leased(request):
                     201, media_type="application/json")
 
 
+async def pool_requests(request):
+    """connections asked of the pool so far (psycopg_pool's requests_num)"""
+    return Response(str(pool.get_stats().get("requests_num", 0)), 200, media_type="text/plain")
+
+
 ROUTES = {
     "/orders": order, "/orders/optional": order, "/orders/wait": order, "/orders/throw": throw_after_insert,
     "/orders/503": answer_503, "/orders/404": answer_404, "/orders/404-not-stored": answer_404,
     "/orders/conflict": conflict, "/orders/conflict-at-commit": conflict, "/orders/leased": leased, "/binary": binary,
 }
-app = Starlette(routes=[Route(p, f, methods=["POST"]) for p, f in ROUTES.items()],
+app = Starlette(routes=[Route(p, f, methods=["POST"]) for p, f in ROUTES.items()]
+               + [Route("/pool-requests", pool_requests, methods=["GET"])],
                 on_startup=[pool.open], on_shutdown=[pool.close])
 app.add_middleware(IdempotencyMiddleware, pool=pool, scope=lambda s: header(s, "x-tenant") or "default",
                    routes={"/orders/optional": {"required": False}, "/orders/wait": {"wait_for": 120},

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import threading
+import urllib.request
 
 import pytest
 
@@ -134,15 +135,23 @@ def test_serialization_failure_is_retried(app, route):
     assert orders_of([always]) == {} and record(always) is None
 
 
+def two_in_flight(app, key, polled, results):
+    """POST /orders with key and /orders/wait with polled, both held at the
+    gate (the caller holds it) -> their threads; answers into results"""
+    threads = [threading.Thread(target=lambda: results.update(first=post(app, "/orders", key=key, body={"gate": True}))),
+               threading.Thread(target=lambda: results.update(second=post(app, "/orders/wait", key=polled,
+                                                                           body={"gate": True})))]
+    for t in threads:
+        t.start()
+    waiters_at_gate(2)
+    return threads
+
+
 def test_in_flight_duplicate_409_or_polled_replay(app):
     key, polled = unique_key("inflight"), unique_key("polled")
     results = {}
     with Gate():
-        first = threading.Thread(target=lambda: results.update(first=post(app, "/orders", key=key, body={"gate": True})))
-        second = threading.Thread(target=lambda: results.update(second=post(app, "/orders/wait", key=polled, body={"gate": True})))
-        first.start()
-        second.start()
-        waiters_at_gate(2)
+        first, second = two_in_flight(app, key, polled, results)
         status, headers, body = post(app, "/orders", key=key, body={"gate": True})
         assert status == 409 and headers["retry-after"] == "1" and problem_type(body) == "urn:idempotency:in-progress"
         # 6 polling duplicates, more than the pool's 2 free connections, and
@@ -161,6 +170,34 @@ def test_in_flight_duplicate_409_or_polled_replay(app):
     assert len(waiting) == 6
     assert all(s == 201 and h["idempotent-replayed"] == "true" and b == results["second"][2] for s, h, b in waiting)
     assert orders_of([key, polled]) == {key: 1, polled: 1}
+
+
+def test_duplicate_of_a_request_this_process_runs_takes_no_pooled_connection(app, request):
+    if request.node.callspec.params["app"][0] != "asgi":
+        pytest.skip("Django runs each request on a thread of its own: its duplicates poll the server")
+    key, polled = unique_key("local"), unique_key("local-polled")
+    results = {}
+    with Gate():
+        first, second = two_in_flight(app, key, polled, results)
+        before = pool_requests(app)
+        assert post(app, "/orders", key=key, body={"gate": True})[0] == 409
+        waiting = threading.Thread(target=lambda: results.update(waiting=post(app, "/orders/wait", key=polled, body={"gate": True})))
+        waiting.start()
+        assert post(app, "/orders", key=key, body={"gate": True})[0] == 409
+    for t in (first, second, waiting):
+        t.join()
+    # the whole life of the three duplicates, the waiting one's replay included
+    assert pool_requests(app) == before
+    assert results["first"][0] == 201 and results["second"][0] == 201
+    status, headers, body = results["waiting"]
+    assert status == 201 and headers["idempotent-replayed"] == "true" and body == results["second"][2]
+    assert headers["location"] == results["second"][1]["location"]
+    assert orders_of([key, polled]) == {key: 1, polled: 1}
+
+
+def pool_requests(url):
+    with urllib.request.urlopen(url + "/pool-requests", timeout=60) as r:
+        return int(r.read())
 
 
 def test_duplicate_storm(app):

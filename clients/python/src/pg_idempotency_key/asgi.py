@@ -6,15 +6,18 @@ application again; the application's response is held back until its
 outcome is committed with the claim, so a client never sees an answer that
 was not recorded.  BEGIN travels with the claim and COMMIT with idem_finish
 (psycopg's pipeline mode: one round trip each).  A serialization failure
-or deadlock re-runs the application, up to `retries` times."""
+or deadlock re-runs the application, up to `retries` times.  A duplicate
+of a request this process is claiming or running is answered in memory
+(flights.py)."""
 import asyncio
 import json
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from .core import (RETRYABLE, Options, Response, answer_of, check_key, claim_sql, fail_sql, finish_sql,
-                   fingerprint, keeps, not_claimed, sqlstate_of)
+from .core import (RETRYABLE, Options, Response, answer_of, check_key, claim_sql, decode_stored, encode_stored,
+                   fail_sql, finish_sql, fingerprint, in_progress, keeps, not_claimed, sqlstate_of)
+from .flights import TIMED_OUT, await_flight, flight_of, land, take_off
 
 
 def header(scope, name):
@@ -62,6 +65,7 @@ class Idempotency:
         self.key, self.scope, self.fence, self.recovery_point = key, scope, fence, recovery_point
         self.conn = conn  # psycopg.AsyncConnection in the claim's transaction, or None
         self.unknown = False
+        self.flight = None  # this process's duplicates wait on it (flights.py)
 
     async def begin(self):
         """the connection in the transaction the outcome commits with
@@ -156,15 +160,40 @@ class IdempotencyMiddleware:
     async def _attempt(self, o, scope, body, request):
         key, scope_name, fp = request
         if key is None:
-            handle = Idempotency(self, o, None, None)
-        else:
-            claimed = await self._claim(o, key, scope_name, fp)
+            return await self._run(o, scope, body, Idempotency(self, o, None, None))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + o.wait_for
+        flight = None
+        if o.lease is None:
+            local = flight_of(self.pool, scope_name, key, fp)
+            if local is not None and (local.claimed or o.wait_for > 0):
+                if o.wait_for <= 0:
+                    return in_progress(1)
+                replay = await await_flight(local, deadline - loop.time())
+                if replay is TIMED_OUT:
+                    return in_progress(1)
+                if replay is not None:
+                    return replay
+                # nothing committed there: this request claims at the server
+            flight = take_off(self.pool, scope_name, key, fp)
+        try:
+            claimed = await self._claim(o, key, scope_name, fp, deadline)
             if isinstance(claimed, Response):
+                if flight is not None:
+                    land(flight, None if claimed.replaced else claimed)  # a replay, or nothing committed
                 return claimed
-            handle = claimed
+            if flight is not None:
+                flight.claimed, claimed.flight = True, flight
+            return await self._run(o, scope, body, claimed)
+        finally:
+            if flight is not None:
+                land(flight, None)  # unless it landed with what committed
+
+    async def _run(self, o, scope, body, handle):
+        """runs the application for a claimed key (or none), -> what to send"""
         scope.setdefault("state", {})["idempotency"] = handle
         heartbeat = None
-        if key is not None and o.heartbeat_every:
+        if handle.key is not None and o.heartbeat_every:
             heartbeat = asyncio.ensure_future(self._heartbeat(handle, o.heartbeat_every))
         try:
             response = await self._run_app(scope, body)
@@ -178,10 +207,10 @@ class IdempotencyMiddleware:
                 heartbeat.cancel()
         return await self._complete(o, handle, response)
 
-    async def _claim(self, o, key, scope_name, fp):
-        """-> an Idempotency handle for a claimed key, or the Response to send"""
+    async def _claim(self, o, key, scope_name, fp, deadline):
+        """-> an Idempotency handle for a claimed key, or the Response to send;
+        a duplicate in flight is polled until deadline (of the loop's clock)"""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + o.wait_for
         polls = 0
         leased = o.lease is not None
         sql, params = claim_sql(o, key, scope_name, fp)
@@ -295,4 +324,6 @@ class IdempotencyMiddleware:
                 return answer
             raise
         await self._putconn(conn)
+        if handle.flight is not None:
+            land(handle.flight, decode_stored(encode_stored(response, o.stored_headers)))
         return response

@@ -1,0 +1,61 @@
+"""The claims this process is sending or holds in a transaction, per pool
+(ASGI), so that a duplicate arriving meanwhile needs no round trip: it is
+answered 409 at once (once the key is claimed), or waits for the claim's
+end and is answered with the response that committed (what a claim would
+then replay), or claims at the server itself if nothing committed.  Only a
+duplicate with the same fingerprint input (method, path, body) waits here;
+any other goes to the server, which decides (422 for another request)."""
+import asyncio
+import weakref
+
+_by_pool = weakref.WeakKeyDictionary()
+TIMED_OUT = object()
+
+
+class Flight:
+    __slots__ = ("flights", "id", "same", "claimed", "landed")
+
+    def __init__(self, flights, id_, same):
+        self.flights, self.id, self.same = flights, id_, same
+        self.claimed = False
+        self.landed = asyncio.get_running_loop().create_future()
+
+
+def flight_of(pool, scope, key, fingerprint):
+    """-> the flight of a claim of this process for the same key, scope and
+    fingerprint input, or None"""
+    flight = _by_pool.get(pool, {}).get((scope, key))
+    return flight if flight is not None and flight.same == _same(fingerprint) else None
+
+
+def take_off(pool, scope, key, fingerprint):
+    """a claim this process sends: duplicates find it until land(); None if
+    another request of this process has the key (it goes to the server)"""
+    flights = _by_pool.setdefault(pool, {})
+    if (scope, key) in flights:
+        return None
+    flight = flights[(scope, key)] = Flight(flights, (scope, key), _same(fingerprint))
+    return flight
+
+
+def land(flight, replay):
+    """the claim ended: replay is the Response a claim of the key would now
+    replay, or None when nothing was committed; a second call changes nothing"""
+    if flight.flights.get(flight.id) is flight:
+        del flight.flights[flight.id]
+    if not flight.landed.done():
+        flight.landed.set_result(replay)
+
+
+async def await_flight(flight, seconds):
+    """-> the Response to replay, None (nothing committed), or TIMED_OUT
+    when the claim did not end within seconds"""
+    try:
+        return await asyncio.wait_for(asyncio.shield(flight.landed), max(0.0, seconds))
+    except asyncio.TimeoutError:
+        return TIMED_OUT
+
+
+def _same(fingerprint):
+    expression, params = fingerprint
+    return expression, tuple(params)
