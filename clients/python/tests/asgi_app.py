@@ -11,6 +11,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from pg_idempotency_key.asgi import IdempotencyMiddleware, header
+from pg_idempotency_key.flights import waiting
 
 GATE = 7401
 # prepare_threshold=None: PgBouncer before 1.21 keeps no prepared statements
@@ -107,13 +108,19 @@ async def pool_requests(request):
     return Response(str(pool.get_stats().get("requests_num", 0)), 200, media_type="text/plain")
 
 
+async def duplicates_waiting(request):
+    """duplicates waiting in memory for a request of this process"""
+    return Response(str(waiting(pool)), 200, media_type="text/plain")
+
+
 ROUTES = {
     "/orders": order, "/orders/optional": order, "/orders/wait": order, "/orders/throw": throw_after_insert,
     "/orders/503": answer_503, "/orders/404": answer_404, "/orders/404-not-stored": answer_404,
     "/orders/conflict": conflict, "/orders/conflict-at-commit": conflict, "/orders/leased": leased, "/binary": binary,
 }
 app = Starlette(routes=[Route(p, f, methods=["POST"]) for p, f in ROUTES.items()]
-               + [Route("/pool-requests", pool_requests, methods=["GET"])],
+               + [Route("/pool-requests", pool_requests, methods=["GET"]),
+                  Route("/duplicates-waiting", duplicates_waiting, methods=["GET"])],
                 on_startup=[pool.open], on_shutdown=[pool.close])
 app.add_middleware(IdempotencyMiddleware, pool=pool, scope=lambda s: header(s, "x-tenant") or "default",
                    routes={"/orders/optional": {"required": False}, "/orders/wait": {"wait_for": 120},

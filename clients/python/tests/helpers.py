@@ -54,11 +54,16 @@ def post(url, path, key=None, body=None, tenant=None, content_type="application/
 
 def until(text, params=()):
     """poll the database (no timing assumption) until text returns true"""
+    poll_until(lambda: sql(text, params)[0][0], text)
+
+
+def poll_until(condition, what):
+    """call condition() until it is true (no timing assumption)"""
     for _ in range(2400):
-        if sql(text, params)[0][0]:
+        if condition():
             return
         time.sleep(0.05)
-    raise AssertionError(f"never true: {text}")
+    raise AssertionError(f"never true: {what}")
 
 
 class Gate:

@@ -11,8 +11,8 @@ import urllib.request
 
 import pytest
 
-from helpers import (FRAMEWORKS, TARGETS, Gate, orders_of, post, record, setup_database, sql, start_app, stop_app,
-                     unique_key, until, waiters_at_gate)
+from helpers import (FRAMEWORKS, TARGETS, Gate, orders_of, poll_until, post, record, setup_database, sql, start_app,
+                     stop_app, unique_key, until, waiters_at_gate)
 
 PORT = int(os.environ.get("IDEM_TEST_HTTP_PORT", "18090"))
 setup_database()
@@ -184,6 +184,8 @@ def test_duplicate_of_a_request_this_process_runs_takes_no_pooled_connection(app
         waiting = threading.Thread(target=lambda: results.update(waiting=post(app, "/orders/wait", key=polled, body={"gate": True})))
         waiting.start()
         assert post(app, "/orders", key=key, body={"gate": True})[0] == 409
+        poll_until(lambda: app_number(app, "/duplicates-waiting") == 1, "a duplicate waiting in memory")
+        assert pool_requests(app) == before
     for t in (first, second, waiting):
         t.join()
     # the whole life of the three duplicates, the waiting one's replay included
@@ -196,7 +198,11 @@ def test_duplicate_of_a_request_this_process_runs_takes_no_pooled_connection(app
 
 
 def pool_requests(url):
-    with urllib.request.urlopen(url + "/pool-requests", timeout=60) as r:
+    return app_number(url, "/pool-requests")
+
+
+def app_number(url, path):
+    with urllib.request.urlopen(url + path, timeout=60) as r:
         return int(r.read())
 
 

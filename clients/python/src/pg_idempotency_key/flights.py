@@ -13,11 +13,12 @@ TIMED_OUT = object()
 
 
 class Flight:
-    __slots__ = ("flights", "id", "same", "claimed", "landed")
+    __slots__ = ("flights", "id", "same", "claimed", "landed", "waiters")
 
     def __init__(self, flights, id_, same):
         self.flights, self.id, self.same = flights, id_, same
         self.claimed = False
+        self.waiters = 0
         self.landed = asyncio.get_running_loop().create_future()
 
 
@@ -50,10 +51,18 @@ def land(flight, replay):
 async def await_flight(flight, seconds):
     """-> the Response to replay, None (nothing committed), or TIMED_OUT
     when the claim did not end within seconds"""
+    flight.waiters += 1
     try:
         return await asyncio.wait_for(asyncio.shield(flight.landed), max(0.0, seconds))
     except asyncio.TimeoutError:
         return TIMED_OUT
+    finally:
+        flight.waiters -= 1
+
+
+def waiting(pool):
+    """-> how many duplicates wait in memory for claims on pool"""
+    return sum(flight.waiters for flight in _by_pool.get(pool, {}).values())
 
 
 def _same(fingerprint):
