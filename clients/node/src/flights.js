@@ -34,7 +34,7 @@ export function takeOff(pool, request, fingerprint) {
   const map = flights(pool);
   const id = idOf(request);
   if (map.has(id)) return null;
-  const flight = { pool, id, same: sameOf(fingerprint), claimed: false, done: null, landed: null };
+  const flight = { pool, id, same: sameOf(fingerprint), claimed: false, done: null, landed: null, waiters: 0 };
   flight.landed = new Promise((resolve) => { flight.done = resolve; });
   map.set(id, flight);
   return flight;
@@ -53,5 +53,16 @@ export function land(flight, stored) {
 export function awaitFlight(flight, ms) {
   let timer;
   const timeout = new Promise((resolve) => { timer = setTimeout(resolve, ms, undefined); });
-  return Promise.race([flight.landed, timeout]).finally(() => clearTimeout(timer));
+  flight.waiters += 1;
+  return Promise.race([flight.landed, timeout]).finally(() => {
+    clearTimeout(timer);
+    flight.waiters -= 1;
+  });
+}
+
+// -> how many duplicates wait in memory for claims on pool
+export function waiting(pool) {
+  let n = 0;
+  for (const flight of byPool.get(pool)?.values() ?? []) n += flight.waiters;
+  return n;
 }

@@ -5,8 +5,9 @@ import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { parse } from 'pg-connection-string';
 import { GATE, listen } from './app.js';
+import { waiting as waitingInMemory } from '../src/flights.js';
 import {
-  DIRECT, FRAMEWORKS, TARGETS, holdGate, json, ordersOf, post, setupDatabase, sql, uniqueKey, until,
+  DIRECT, FRAMEWORKS, TARGETS, holdGate, json, ordersOf, pollUntil, post, setupDatabase, sql, uniqueKey, until,
   waitersAtGate,
 } from './helpers.js';
 
@@ -288,21 +289,24 @@ describe('SQLSTATEs of the connection', () => {
       const key = uniqueKey(`local-${framework}`);
       const polled = uniqueKey(`local-polled-${framework}`);
       const { gate, first, second } = await twoInFlight(app.url, key, polled);
+      const connectsBefore = connects;
       let waiting;
       try {
-        const before = connects;
         const dup = await post(app.url, '/orders', { key, body: { sku: 'g', gate: true } });
         assert.equal(dup.status, 409);
         waiting = post(app.url, '/orders/wait', { key: polled, body: { sku: 'g', gate: true } });
         // (a duplicate sent after the waiting one: both answered with no connection taken)
         assert.equal((await post(app.url, '/orders', { key, body: { sku: 'g', gate: true } })).status, 409);
-        assert.equal(connects, before, framework);
+        await pollUntil(() => waitingInMemory(counting) === 1, 'a duplicate waiting in memory');
+        assert.equal(connects, connectsBefore, framework);
       } finally {
         await gate.release();
       }
       assert.equal((await first).status, 201);
       const original = await second;
       const replay = await waiting;
+      // the whole life of the three duplicates, the waiting one's replay included
+      assert.equal(connects, connectsBefore, framework);
       assert.equal(replay.status, 201);
       assert.equal(replay.headers['idempotent-replayed'], 'true');
       assert.ok(replay.body.equals(original.body));

@@ -64,13 +64,15 @@ export function post(url, path, { key, body = {}, tenant, type = 'application/js
 export const json = (answer) => JSON.parse(answer.body.toString());
 
 // polls the database (no timing assumption) until sql returns true
-export async function until(text, params) {
+export const until = (text, params) => pollUntil(async () => Object.values((await sql(text, params))[0])[0], text);
+
+// calls condition() until it is true (no timing assumption)
+export async function pollUntil(condition, what) {
   for (let i = 0; i < 2400; i++) {
-    const [row] = await sql(text, params);
-    if (Object.values(row)[0]) return;
+    if (await condition()) return;
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
-  throw new Error(`never true: ${text}`);
+  throw new Error(`never true: ${what}`);
 }
 
 // The gate: held by the test on a session of its own; a request with
