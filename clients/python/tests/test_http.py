@@ -138,9 +138,9 @@ def test_serialization_failure_is_retried(app, route):
 def two_in_flight(app, key, polled, results):
     """POST /orders with key and /orders/wait with polled, both held at the
     gate (the caller holds it) -> their threads; answers into results"""
-    threads = [threading.Thread(target=lambda: results.update(first=post(app, "/orders", key=key, body={"gate": True}))),
-               threading.Thread(target=lambda: results.update(second=post(app, "/orders/wait", key=polled,
-                                                                           body={"gate": True})))]
+    body = {"gate": True}
+    threads = [threading.Thread(target=lambda: results.update(first=post(app, "/orders", key=key, body=body))),
+               threading.Thread(target=lambda: results.update(second=post(app, "/orders/wait", key=polled, body=body)))]
     for t in threads:
         t.start()
     waiters_at_gate(2)
@@ -181,7 +181,8 @@ def test_duplicate_of_a_request_this_process_runs_takes_no_pooled_connection(app
         first, second = two_in_flight(app, key, polled, results)
         before = pool_requests(app)
         assert post(app, "/orders", key=key, body={"gate": True})[0] == 409
-        waiting = threading.Thread(target=lambda: results.update(waiting=post(app, "/orders/wait", key=polled, body={"gate": True})))
+        waiting = threading.Thread(target=lambda: results.update(
+            waiting=post(app, "/orders/wait", key=polled, body={"gate": True})))
         waiting.start()
         assert post(app, "/orders", key=key, body={"gate": True})[0] == 409
         poll_until(lambda: app_number(app, "/duplicates-waiting") == 1, "a duplicate waiting in memory")

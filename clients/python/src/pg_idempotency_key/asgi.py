@@ -302,8 +302,8 @@ class IdempotencyMiddleware:
         if handle.unknown or not keeps(o, response.status):
             await self._release(o, handle, response.status)
             return response
-        sql, params = finish_sql(handle.key, handle.scope, response, o.stored_headers,
-                                 handle.fence if o.lease is not None else None)
+        stored = encode_stored(response, o.stored_headers)
+        sql, params = finish_sql(handle.key, handle.scope, stored, handle.fence if o.lease is not None else None)
         conn, handle.conn = handle.conn, None
         in_transaction = conn is not None
         conn = conn or await self._getconn()
@@ -325,5 +325,5 @@ class IdempotencyMiddleware:
             raise
         await self._putconn(conn)
         if handle.flight is not None:
-            land(handle.flight, decode_stored(encode_stored(response, o.stored_headers)))
+            land(handle.flight, decode_stored(stored))
         return response

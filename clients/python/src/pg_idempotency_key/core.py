@@ -107,9 +107,9 @@ def claim_sql(o, key, scope, fp):
     return sql + ")", params
 
 
-def finish_sql(key, scope, response, stored_headers, fence=None):
-    stored = json.dumps(encode_stored(response, stored_headers))
-    return fenced("SELECT idem_finish(%s, %s::jsonb, scope => %s", [key, stored, scope], fence)
+def finish_sql(key, scope, stored, fence=None):
+    """idem_finish of key with stored, the stored form (encode_stored)"""
+    return fenced("SELECT idem_finish(%s, %s::jsonb, scope => %s", [key, json.dumps(stored), scope], fence)
 
 
 def fail_sql(key, scope, status, fence):

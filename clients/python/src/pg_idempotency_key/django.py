@@ -17,7 +17,7 @@ from django.db import DatabaseError, connections, transaction
 from django.http import HttpResponse
 from django.utils.module_loading import import_string
 
-from .core import (RETRYABLE, Options, Response, answer_of, check_key, claim_sql, fail_sql, finish_sql,
+from .core import (RETRYABLE, Options, Response, answer_of, check_key, claim_sql, encode_stored, fail_sql, finish_sql,
                    fingerprint, keeps, not_claimed, sqlstate_of)
 
 
@@ -140,7 +140,7 @@ class IdempotencyMiddleware:
                             transaction.set_rollback(True, using=self.using)
                             return self._conflict_or(request, response)
                         with connections[self.using].cursor() as cur:
-                            cur.execute(*finish_sql(key, scope, response, o.stored_headers))
+                            cur.execute(*finish_sql(key, scope, encode_stored(response, o.stored_headers)))
                         return response
             except DatabaseError as exc:
                 if sqlstate_of(exc) in RETRYABLE:
@@ -193,7 +193,7 @@ class IdempotencyMiddleware:
                     transaction.set_rollback(True, using=self.using)
                 else:
                     with conn.cursor() as cur:
-                        cur.execute(*finish_sql(key, scope, response, o.stored_headers, fence))
+                        cur.execute(*finish_sql(key, scope, encode_stored(response, o.stored_headers), fence))
                     return response
         except DatabaseError as exc:
             if sqlstate_of(exc) in ("IK002", "IK003"):
