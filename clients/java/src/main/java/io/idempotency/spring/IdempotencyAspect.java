@@ -6,7 +6,10 @@ import java.lang.reflect.Method;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.Savepoint;
+import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 
@@ -20,7 +23,12 @@ import org.aspectj.lang.ProceedingJoinPoint;
 import org.aspectj.lang.annotation.Around;
 import org.aspectj.lang.annotation.Aspect;
 import org.aspectj.lang.reflect.MethodSignature;
+import org.springframework.aop.framework.AopProxyUtils;
 import org.springframework.aop.support.AopUtils;
+import org.springframework.beans.factory.BeanFactory;
+import org.springframework.beans.factory.BeanFactoryAware;
+import org.springframework.beans.factory.SmartInitializingSingleton;
+import org.springframework.beans.factory.config.ConfigurableListableBeanFactory;
 import org.springframework.context.expression.MethodBasedEvaluationContext;
 import org.springframework.core.DefaultParameterNameDiscoverer;
 import org.springframework.core.Ordered;
@@ -30,7 +38,9 @@ import org.springframework.expression.spel.standard.SpelExpressionParser;
 import org.springframework.jdbc.datasource.DataSourceUtils;
 import org.springframework.transaction.annotation.AnnotationTransactionAttributeSource;
 import org.springframework.transaction.interceptor.TransactionAttribute;
+import org.springframework.transaction.support.TransactionSynchronizationAdapter;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
+import org.springframework.util.ReflectionUtils;
 
 /**
  * The advice behind {@link Idempotent}. Register one bean per DataSource,
@@ -39,9 +49,13 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * ({@code @EnableTransactionManagement(order = 0)}): an in-transaction claim
  * runs on the transaction's connection, so the claim, the method's writes
  * and the stored return value commit or roll back together.
+ *
+ * <p>When the context has started, every singleton's {@link Idempotent}
+ * methods are checked: a return type a replay cannot read back (such as
+ * {@code Object}) fails the start. Other beans are checked at their first call.
  */
 @Aspect
-public class IdempotencyAspect implements Ordered {
+public class IdempotencyAspect implements Ordered, BeanFactoryAware, SmartInitializingSingleton {
 
     private final DataSource dataSource;
     private final ObjectMapper mapper;
@@ -50,6 +64,8 @@ public class IdempotencyAspect implements Ordered {
     private final ParameterNameDiscoverer parameterNames = new DefaultParameterNameDiscoverer();
     private final AnnotationTransactionAttributeSource transactionAttributes = new AnnotationTransactionAttributeSource();
     private final Map<String, Expression> expressions = new ConcurrentHashMap<>();
+    private final Map<Method, Boolean> checkedMethods = new ConcurrentHashMap<>();
+    private BeanFactory beanFactory;
     private int order = Ordered.LOWEST_PRECEDENCE;
 
     public IdempotencyAspect(DataSource dataSource) {
@@ -72,10 +88,40 @@ public class IdempotencyAspect implements Ordered {
         this.order = order;
     }
 
+    @Override
+    public void setBeanFactory(BeanFactory beanFactory) {
+        this.beanFactory = beanFactory;
+    }
+
+    /** Checks the @Idempotent methods of every singleton once the context has created them. */
+    @Override
+    public void afterSingletonsInstantiated() {
+        if (!(beanFactory instanceof ConfigurableListableBeanFactory)) {
+            return;
+        }
+        ConfigurableListableBeanFactory beans = (ConfigurableListableBeanFactory) beanFactory;
+        for (String name : beans.getBeanDefinitionNames()) {
+            Object bean = beans.containsSingleton(name) ? beans.getSingleton(name) : null;
+            if (bean != null) {
+                ReflectionUtils.doWithMethods(AopProxyUtils.ultimateTargetClass(bean), this::checkDeclaration,
+                        m -> !m.isBridge() && m.isAnnotationPresent(Idempotent.class));
+            }
+        }
+    }
+
+    private void checkDeclaration(Method method) {
+        if (checkedMethods.containsKey(method)) {
+            return;
+        }
+        ReplayableReturnType.check(mapper, method);
+        checkedMethods.put(method, Boolean.TRUE);
+    }
+
     @Around("@annotation(idempotent)")
     public Object around(ProceedingJoinPoint call, Idempotent idempotent) throws Throwable {
         Method method = AopUtils.getMostSpecificMethod(((MethodSignature) call.getSignature()).getMethod(),
                                                        AopUtils.getTargetClass(call.getTarget()));
+        checkDeclaration(method);
         Request req = request(call, method, idempotent);
         return req.lease == null ? inTransaction(call, method, idempotent, req)
                                  : leased(call, method, idempotent, req);
@@ -110,7 +156,10 @@ public class IdempotencyAspect implements Ordered {
                     con.rollback(beforeMethod);
                     records.fail(con, req, failureJson(ex), false, null);
                 } else {
-                    release(ex, () -> records.fail(con, req, failureJson(ex), true, null));
+                    // the final outcome, in the transaction of the method's writes: if it commits anyway
+                    // (a checked exception, noRollbackFor, a caller that catches), a retry replays the
+                    // failure instead of repeating the writes; if it rolls back, the key is free again
+                    suppressed(ex, () -> records.fail(con, req, failureJson(ex), false, null));
                 }
                 throw ex;
             }
@@ -128,7 +177,7 @@ public class IdempotencyAspect implements Ordered {
      */
     private Object leased(ProceedingJoinPoint call, Method method, Idempotent idempotent, Request req)
             throws Throwable {
-        Claim claim = autocommit(con -> records.claim(con, req));
+        Claim claim = autocommit(req, con -> records.claim(con, req));
         if (!"claimed".equals(claim.outcome)) {
             return answer(claim, method, idempotent, req);
         }
@@ -139,11 +188,16 @@ public class IdempotencyAspect implements Ordered {
             value = call.proceed();
         } catch (Throwable ex) {
             if (!lease.isUnknown()) {
-                boolean stored = isStored(ex, idempotent);
-                release(ex, () -> autocommit(con -> {
-                    records.fail(con, req, failureJson(ex), !stored, claim.fence);
+                String error = failureJson(ex);
+                Runnable release = () -> autocommit(req, con -> {
+                    records.fail(con, req, error, !isStored(ex, idempotent), claim.fence);
                     return null;
-                }));
+                });
+                if (isStored(ex, idempotent) || !inTransactionOnDataSource()) {
+                    suppressed(ex, release);
+                } else {
+                    failWithTheWrites(ex, req, error, claim.fence, release);
+                }
             }
             throw ex;
         } finally {
@@ -158,25 +212,64 @@ public class IdempotencyAspect implements Ordered {
         return value;
     }
 
+    private boolean inTransactionOnDataSource() {
+        return TransactionSynchronizationManager.isSynchronizationActive()
+                && TransactionSynchronizationManager.isActualTransactionActive()
+                && TransactionSynchronizationManager.hasResource(dataSource);
+    }
+
+    /**
+     * A leased method threw inside a transaction on the aspect's DataSource:
+     * the failure is its final outcome in that transaction, so that writes
+     * the transaction commits anyway are never left with a free key; if the
+     * transaction rolls back instead, the key is released at once.
+     */
+    private void failWithTheWrites(Throwable ex, Request req, String error, long fence, Runnable release) {
+        Connection con = DataSourceUtils.getConnection(dataSource);
+        try {
+            records.fail(con, req, error, false, fence);
+        } catch (RuntimeException e) {
+            ex.addSuppressed(e);
+        } finally {
+            DataSourceUtils.releaseConnection(con, dataSource);
+        }
+        TransactionSynchronizationManager.registerSynchronization(new TransactionSynchronizationAdapter() {
+            @Override
+            public void afterCompletion(int status) {
+                if (status != STATUS_COMMITTED) {
+                    release.run();
+                }
+            }
+        });
+    }
+
     /** replay: the stored value or failure; in_progress: the exception carrying retryAfter. */
     private Object answer(Claim claim, Method method, Idempotent idempotent, Request req) throws Throwable {
         if ("in_progress".equals(claim.outcome)) {
             throw new IdempotencyInProgressException(req.key, req.scope, claim.retryAfter);
         }
         if ("failed".equals(claim.status)) {
-            throw replayedFailure(claim.result, idempotent, req);
+            throw replayedFailure(claim.result, method, idempotent, req);
         }
         JavaType type = mapper.getTypeFactory().constructType(method.getGenericReturnType());
         return claim.result == null || type.getRawClass() == void.class ? null : mapper.readValue(claim.result, type);
     }
 
-    /** A stored failure as its own exception type again, if declared in storeFailures and it takes a message. */
-    private Throwable replayedFailure(String error, Idempotent idempotent, Request req) {
+    /**
+     * A stored failure as its own exception type again, if that type is
+     * listed in storeFailures or declared by the method's throws clause, and
+     * takes a message.
+     */
+    private Throwable replayedFailure(String error, Method method, Idempotent idempotent, Request req) {
+        List<Class<? extends Throwable>> replayable = new ArrayList<>(Arrays.asList(idempotent.storeFailures()));
+        for (Class<?> thrown : method.getExceptionTypes()) {
+            replayable.add(thrown.asSubclass(Throwable.class));
+        }
         try {
             JsonNode node = mapper.readTree(error);
             String type = node.path("exception").asText(null);
             String message = node.path("message").isNull() ? null : node.path("message").asText(null);
-            for (Class<? extends Throwable> declared : idempotent.storeFailures()) {
+            for (Class<? extends Throwable> declared : replayable) {
                 if (isSubtypeNamed(declared, type)) {
                     Class<?> cls = Class.forName(type, false, declared.getClassLoader());
                     Constructor<?> ctor = cls.getConstructor(String.class);
@@ -228,15 +321,13 @@ public class IdempotencyAspect implements Ordered {
     }
 
     /**
-     * Releases the key after an exception (idem_fail with retryable =>
-     * true), so that a transaction that commits anyway, as @Transactional
-     * does for checked exceptions, leaves no unfinished claim. If that fails
-     * too (the transaction is already aborted and will roll back, which
-     * frees the key as well), the caller still sees the method's exception.
+     * Records the outcome of a method that threw. If that fails too (the
+     * transaction is already aborted and will roll back, which frees the key
+     * as well), the caller still sees the method's exception.
      */
-    private static void release(Throwable ex, Runnable releaseKey) {
+    private static void suppressed(Throwable ex, Runnable record) {
         try {
-            releaseKey.run();
+            record.run();
         } catch (RuntimeException e) {
             ex.addSuppressed(e);
         }
@@ -250,10 +341,14 @@ public class IdempotencyAspect implements Ordered {
             throw new IllegalArgumentException("@Idempotent " + method.getName() + ": the key \""
                     + idempotent.key() + "\" is null or empty");
         }
-        Object scope = idempotent.scope().isEmpty() ? "" : evaluate(idempotent.scope(), context);
+        // refused before anything is claimed: a scope that gives nothing would share one scope among all callers
+        Object scope = idempotent.scope().isEmpty() ? null : evaluate(idempotent.scope(), context);
+        if (scope == null || scope.toString().isEmpty()) {
+            throw new IdempotencyScopeMissingException(key.toString(), idempotent.scope());
+        }
         Object fingerprint = idempotent.fingerprint().isEmpty() ? call.getArgs()
                 : evaluate(idempotent.fingerprint(), context);
-        return new Request(key.toString(), scope == null ? "" : scope.toString(),
+        return new Request(key.toString(), scope.toString(),
                            fingerprint == null ? null : toJson(fingerprint),
                            emptyToNull(idempotent.ttl()), emptyToNull(idempotent.lease()));
     }
@@ -283,14 +378,15 @@ public class IdempotencyAspect implements Ordered {
     }
 
     /** Work committed at once on a pooled connection of its own, whatever transaction the thread is in. */
-    <T> T autocommit(ConnectionWork<T> work) {
+    <T> T autocommit(Request req, ConnectionWork<T> work) {
         try (Connection con = dataSource.getConnection()) {
             if (!con.getAutoCommit()) {
                 con.setAutoCommit(true);
             }
             return work.run(con);
         } catch (SQLException e) {
-            throw new IllegalStateException("@Idempotent: a connection of its own from the DataSource failed", e);
+            // the pool cannot connect (or closing the connection failed): the database is unavailable
+            throw new IdempotencyUnavailableException(req.key, req.scope, e);
         }
     }
 }

@@ -67,12 +67,12 @@ public final class IdempotencyLease {
 
     /** Heartbeat: the lease now ends at server time + {@code lease}; returns that end. */
     public Instant extend(Duration lease) {
-        return aspect.autocommit(con -> aspect.records().extendLease(con, request, lease, fence));
+        return aspect.autocommit(request, con -> aspect.records().extendLease(con, request, lease, fence));
     }
 
     /** Saves a recovery point ("charged"): a call that takes the key over sees it. */
     public void checkpoint(String point) {
-        aspect.autocommit(con -> {
+        aspect.autocommit(request, con -> {
             aspect.records().checkpoint(con, request, point, fence);
             return null;
         });
@@ -86,7 +86,7 @@ public final class IdempotencyLease {
      */
     public void markUnknown(Object detail) {
         String json = aspect.toJson(detail);
-        aspect.autocommit(con -> {
+        aspect.autocommit(request, con -> {
             aspect.records().markUnknown(con, request, json, fence);
             return null;
         });

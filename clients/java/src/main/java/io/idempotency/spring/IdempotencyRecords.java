@@ -97,16 +97,61 @@ final class IdempotencyRecords {
         }
     }
 
-    /** IK001 and IK002/IK003 as this library's exceptions, anything else as Spring's DataAccessException. */
+    /**
+     * The SQLSTATEs of the answer mapping the client packages share as this
+     * library's exceptions; anything else as Spring's DataAccessException.
+     */
     RuntimeException translate(SQLException e, Request req, String sql) {
-        String state = e.getSQLState();
-        if ("IK001".equals(state)) {
-            return new IdempotencyKeyReusedException(req.key, req.scope, e);
+        String state = e.getSQLState() == null ? "" : e.getSQLState();
+        switch (state) {
+            case "IK001":
+                return new IdempotencyKeyReusedException(req.key, req.scope, e);
+            case "IK002":
+            case "IK003":
+                return new IdempotencyLeaseLostException(req.key, req.scope, e);
+            case "40001":
+            case "40P01":
+                return new IdempotencyRetryException(req.key, req.scope, e);
+            case "25006":
+                return new IdempotencyReadOnlyException(req.key, req.scope, e);
+            case "22004":
+            case "22023":
+            case "22008":
+                return new IdempotencyKeyInvalidException(req.key, req.scope, e);
+            case "42501":
+                return new IdempotencyScopeForbiddenException(req.key, req.scope, e);
+            default:
+                break;
         }
-        if ("IK002".equals(state) || "IK003".equals(state)) {
-            return new IdempotencyLeaseLostException(req.key, req.scope, e);
+        if (isUnavailable(state, String.valueOf(e.getMessage()))) {
+            return new IdempotencyUnavailableException(req.key, req.scope, e);
         }
         DataAccessException translated = TRANSLATOR.translate("idempotency", sql, e);
         return translated != null ? translated : new IllegalStateException(e);
+    }
+
+    /**
+     * The database is unavailable or the session ended: connection errors,
+     * shutdown, recovery, statement timeout or cancel, idle-in-transaction
+     * timeout, too many connections, and Citus's errors right after a shard
+     * move.
+     */
+    private static boolean isUnavailable(String state, String message) {
+        switch (state) {
+            case "57P01":
+            case "57P02":
+            case "57P03":
+            case "57014":
+            case "25P03":
+            case "53300":
+                return true;
+            case "25001":
+                return message.contains("cannot perform query on placements");
+            case "XX000":
+                return message.contains("cannot execute a distributed query from a query on a shard")
+                        || message.contains("could not commit transaction");
+            default:
+                return state.startsWith("08");
+        }
     }
 }

@@ -23,8 +23,15 @@ public @interface Idempotent {
     /** The idempotency key, a SpEL expression; must give a non-empty value. */
     String key();
 
-    /** The scope (tenant, account, endpoint), a SpEL expression; "" is the extension's default scope ''. */
-    String scope() default "";
+    /**
+     * The scope, a SpEL expression: the authenticated principal the
+     * application established (passed in as an argument, {@code #account}),
+     * or an explicit constant ({@code "'checkout'"}) for one shared scope;
+     * never a value the caller chooses. The same key in two scopes is two
+     * keys. An expression that gives null or "" is refused with
+     * {@link IdempotencyScopeMissingException} before anything is claimed.
+     */
+    String scope();
 
     /**
      * What makes two requests "the same", a SpEL expression whose value is

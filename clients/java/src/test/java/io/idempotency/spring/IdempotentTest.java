@@ -23,6 +23,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
 
 import io.idempotency.spring.example.CardDeclinedException;
+import io.idempotency.spring.example.ObjectReturningService;
 import io.idempotency.spring.example.PaymentApplication;
 import io.idempotency.spring.example.PaymentProvider;
 import io.idempotency.spring.example.PaymentRequest;
@@ -136,18 +137,23 @@ class IdempotentTest {
     }
 
     @Test
-    void aCheckedExceptionThatCommitsReleasesTheKey() throws ProviderUnavailableException {
+    void aCheckedExceptionThatCommitsIsStoredWithTheWritesAndReplayed() {
         PaymentRequest req = new PaymentRequest(newKey("checked"), "acct_42", 260);
         provider.unavailable = true;
         // @Transactional commits on a checked exception: the caller sees the exception, not IK004 at commit
-        assertThrows(ProviderUnavailableException.class, () -> payments.payThroughUnavailableProvider(req));
+        ProviderUnavailableException first = assertThrows(ProviderUnavailableException.class,
+                () -> payments.payThroughUnavailableProvider(req));
         assertEquals(1, rows(req.getRequestId()), "the method's write committed, as @Transactional decides");
+        assertEquals("failed", jdbc.queryForObject("SELECT status::text FROM idem_lookup(?, ?)", String.class,
+                                                   req.getRequestId(), "acct_42"), "its failure committed with it");
 
+        // the retry must not repeat the committed write: it gets the same exception, the method does not run
         provider.unavailable = false;
-        long id = payments.payThroughUnavailableProvider(req);
-        assertEquals(2, rows(req.getRequestId()), "the released key ran the method again");
-        assertEquals(id, payments.payThroughUnavailableProvider(req));
-        assertEquals(2, provider.charges.get());
+        ProviderUnavailableException again = assertThrows(ProviderUnavailableException.class,
+                () -> payments.payThroughUnavailableProvider(req));
+        assertEquals(first.getMessage(), again.getMessage());
+        assertEquals(1, rows(req.getRequestId()), "one write, as the first call committed it");
+        assertEquals(1, provider.charges.get(), "the replay did not run the method");
     }
 
     @Test
@@ -227,6 +233,50 @@ class IdempotentTest {
     }
 
     @Test
+    void aScopeThatGivesNothingIsRefusedBeforeAnythingIsClaimed() {
+        for (String account : new String[] {null, ""}) {
+            PaymentRequest req = new PaymentRequest(newKey("no-scope"), "acct_42", 100);
+            IdempotencyScopeMissingException e = assertThrows(IdempotencyScopeMissingException.class,
+                    () -> payments.payInScope(account, req), "scope " + account);
+            assertEquals(req.getRequestId(), e.getKey());
+            assertTrue(e.getMessage().contains("#account"), e.getMessage());
+            assertEquals(0, rows(req.getRequestId()), "the method did not run");
+            assertEquals(0, records(req.getRequestId(), ""), "nothing stored in the shared scope ''");
+        }
+        assertEquals(0, provider.charges.get());
+    }
+
+    @Test
+    void aMethodDeclaredToReturnObjectIsRefusedAtStartup() {
+        AnnotationConfigApplicationContext objects = new AnnotationConfigApplicationContext();
+        objects.register(PaymentApplication.class, ObjectReturningService.class);
+        try {
+            IllegalStateException e = assertThrows(IllegalStateException.class, objects::refresh,
+                    "a replay of Object would come back as a LinkedHashMap, not the Receipt returned");
+            assertTrue(e.getMessage().contains("receipt") && e.getMessage().contains("java.lang.Object"),
+                       e.getMessage());
+        } finally {
+            objects.close();
+        }
+    }
+
+    /**
+     * Spring AOP advises calls through the proxy only: a call from the bean
+     * to its own {@code @Idempotent} method runs the method without a claim
+     * (the README says so). This test pins that behaviour down.
+     */
+    @Test
+    void aCallFromTheBeanToItselfIsNotAdvised() {
+        PaymentRequest req = new PaymentRequest(newKey("self"), "acct_42", 120);
+        payments.payTwiceThroughThis(req);
+        assertEquals(2, rows(req.getRequestId()), "both inner calls ran: neither went through the aspect");
+        assertEquals(0, records(req.getRequestId(), "acct_42"), "no claim was made");
+        long id = payments.pay(req);
+        assertEquals(3, rows(req.getRequestId()), "the first call through the proxy runs the method");
+        assertEquals(id, payments.pay(req), "and is replayed from then on");
+    }
+
+    @Test
     void aLeasedCallIsTakenOverAndTheStaleWorkerIsFencedOff() throws Exception {
         PaymentRequest req = new PaymentRequest(newKey("leased"), "acct_42", 700);
         CountDownLatch charged = new CountDownLatch(1);
@@ -287,6 +337,24 @@ class IdempotentTest {
         assertEquals(Long.valueOf(2), jdbc.queryForObject("SELECT fence FROM payment WHERE id = ?", Long.class, id));
         assertEquals(id, payments.payLeased(req));
         assertEquals(2, provider.charges.get());
+    }
+
+    @Test
+    void aLeasedCallWhoseTransactionCommitsAfterAnExceptionStoresTheFailure() {
+        PaymentRequest req = new PaymentRequest(newKey("leased-checked"), "acct_42", 760);
+        provider.unavailable = true;
+        ProviderUnavailableException first = assertThrows(ProviderUnavailableException.class,
+                () -> payments.payLeasedThroughUnavailableProvider(req));
+        assertEquals(1, rows(req.getRequestId()), "the method's write committed, as @Transactional decides");
+        assertEquals("failed", jdbc.queryForObject("SELECT status::text FROM idem_lookup(?, ?)", String.class,
+                                                   req.getRequestId(), "acct_42"), "its failure committed with it");
+
+        provider.unavailable = false;
+        ProviderUnavailableException again = assertThrows(ProviderUnavailableException.class,
+                () -> payments.payLeasedThroughUnavailableProvider(req));
+        assertEquals(first.getMessage(), again.getMessage());
+        assertEquals(1, rows(req.getRequestId()), "the retry did not repeat the committed write");
+        assertEquals(1, provider.charges.get());
     }
 
     @Test

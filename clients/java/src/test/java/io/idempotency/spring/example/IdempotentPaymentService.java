@@ -84,6 +84,21 @@ public class IdempotentPaymentService implements PaymentService {
 
     @Override
     @Transactional
+    @Idempotent(key = "#req.requestId", scope = "#account")
+    public long payInScope(String account, PaymentRequest req) {
+        provider.charge(req, null);
+        return insert(req, null);
+    }
+
+    @Override
+    @Transactional
+    public long payTwiceThroughThis(PaymentRequest req) {
+        pay(req);
+        return pay(req);
+    }
+
+    @Override
+    @Transactional
     @Idempotent(key = "#req.requestId", scope = "#req.account", lease = "1 hour")
     public long payLeased(PaymentRequest req) {
         IdempotencyLease lease = IdempotencyLease.current();
@@ -92,6 +107,15 @@ public class IdempotentPaymentService implements PaymentService {
             provider.charge(req, lease);
         }
         return insert(req, lease.getFence());
+    }
+
+    @Override
+    @Transactional
+    @Idempotent(key = "#req.requestId", scope = "#req.account", lease = "1 hour")
+    public long payLeasedThroughUnavailableProvider(PaymentRequest req) throws ProviderUnavailableException {
+        long id = insert(req, IdempotencyLease.current().getFence());
+        provider.chargeOrUnavailable(req);
+        return id;
     }
 
     private long insert(PaymentRequest req, Long fence) {

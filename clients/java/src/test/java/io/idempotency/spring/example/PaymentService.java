@@ -26,6 +26,15 @@ public interface PaymentService {
     /** @Idempotent without @Transactional: refused. */
     long payWithoutTransaction(PaymentRequest req);
 
+    /** As pay, with the scope passed in by the caller (the authenticated principal's name). */
+    long payInScope(String account, PaymentRequest req);
+
+    /** Calls its own pay twice through this: Spring AOP does not advise such calls. */
+    long payTwiceThroughThis(PaymentRequest req);
+
     /** A leased payment: the provider is charged under the lease, the row carries the fence. */
     long payLeased(PaymentRequest req);
+
+    /** As payLeased, but the provider fails with a checked exception after the insert (the transaction commits). */
+    long payLeasedThroughUnavailableProvider(PaymentRequest req) throws ProviderUnavailableException;
 }
