@@ -143,7 +143,7 @@ run_http_suite() {
 # The Spring library (clients/java): its JUnit 5 suite through Maven,
 # offline against Debian's repository, on a database of its own.
 run_java_suite() {
-    local counts total bad errors skipped rc
+    local counts total bad errors skipped rc build
     say "Java: @Idempotent for Spring (clients/java, JUnit 5 through Maven)"
     createdb idempotency_java && psql -q -X -d idempotency_java -c 'CREATE EXTENSION idempotency' \
         || { failed=$((failed + 1)); return; }
@@ -158,6 +158,19 @@ run_java_suite() {
     if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
     passed=$((passed + total - skipped - (bad > total ? total : bad)))
     failed=$((failed + bad))
+    # the README's build command, run as printed: it must make the jar
+    # (ReadmeTest, in the suite above, runs the README's Java blocks)
+    build=$(sed -n '/^<!-- run by scripts\/test.sh -->$/,/^```$/{/^mvn /p}' clients/java/README.md)
+    rm -f clients/java/target/idempotency-spring-*.jar
+    if [ -n "$build" ] && (cd clients/java && bash -c "$build") >"$log" 2>&1 \
+            && ls clients/java/target/idempotency-spring-*.jar >/dev/null 2>&1; then
+        echo "ok - clients/java/README.md's build command makes the jar: $build"
+        passed=$((passed + 1))
+    else
+        cat "$log"
+        echo "not ok - clients/java/README.md's build command makes the jar: ${build:-(no command found)}"
+        failed=$((failed + 1))
+    fi
 }
 
 # examples/postgres_exporter_queries.yaml through Debian's

@@ -38,6 +38,7 @@ import org.junit.jupiter.api.Test;
 import org.springframework.context.annotation.AnnotationConfigApplicationContext;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.transaction.PlatformTransactionManager;
+import org.springframework.transaction.TransactionSystemException;
 import org.springframework.transaction.support.TransactionTemplate;
 
 /** @Idempotent against the real PostgreSQL of make test, with the extension. */
@@ -171,6 +172,23 @@ class IdempotentTest {
         long id = payments.pay(req);
         assertTrue(id != rolledBack, "the retry ran the method again");
         assertEquals(id, payments.pay(req));
+        assertEquals(1, rows(req.getRequestId()));
+    }
+
+    @Test
+    void aSessionThatEndsBeforeTheOutcomeLeavesNothingAndTheRetryRunsOnce() {
+        PaymentRequest req = new PaymentRequest(newKey("session-ended"), "acct_42", 310);
+        provider.endSession = true;
+        TransactionSystemException e = assertThrows(TransactionSystemException.class,
+                () -> payments.payAndMaybeEndTheSession(req));
+        assertInstanceOf(IdempotencyUnavailableException.class, e.getApplicationException(),
+                         "the aspect's idem_finish met the ended session");
+        assertEquals(0, rows(req.getRequestId()));
+        assertEquals(0, records(req.getRequestId(), "acct_42"));
+
+        provider.endSession = false;
+        long id = payments.payAndMaybeEndTheSession(req);
+        assertEquals(id, payments.payAndMaybeEndTheSession(req));
         assertEquals(1, rows(req.getRequestId()));
     }
 

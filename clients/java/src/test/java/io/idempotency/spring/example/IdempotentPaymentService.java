@@ -1,5 +1,8 @@
 package io.idempotency.spring.example;
 
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.SQLException;
 import java.util.Arrays;
 import java.util.List;
 
@@ -64,6 +67,24 @@ public class IdempotentPaymentService implements PaymentService {
         provider.charge(req, null);
         if (req.getAmount() > 1000) {
             throw new CardDeclinedException("card declined: " + req.getAmount() + " is over the limit of 1000");
+        }
+        return id;
+    }
+
+    @Override
+    @Transactional
+    @Idempotent(key = "#req.requestId", scope = "#req.account")
+    public long payAndMaybeEndTheSession(PaymentRequest req) {
+        long id = insert(req, null);
+        if (provider.endSession) {
+            int pid = jdbc.queryForObject("SELECT pg_backend_pid()", Integer.class);
+            try (Connection other = jdbc.getDataSource().getConnection();
+                 PreparedStatement end = other.prepareStatement("SELECT pg_terminate_backend(?, 60000)")) {
+                end.setInt(1, pid);     // waits until the backend has exited
+                end.executeQuery().close();
+            } catch (SQLException e) {
+                throw new IllegalStateException(e);
+            }
         }
         return id;
     }

@@ -18,6 +18,8 @@ public class PaymentProvider {
     public final AtomicInteger charges = new AtomicInteger();
     public volatile Behaviour behaviour = (req, lease) -> { };
     public volatile boolean unavailable;
+    /** The payment ends its own database session (pg_terminate_backend from another connection). */
+    public volatile boolean endSession;
 
     /** A charge that fails with a checked exception while unavailable is set. */
     public void chargeOrUnavailable(PaymentRequest req) throws ProviderUnavailableException {

@@ -20,6 +20,9 @@ public interface PaymentService {
     /** As payOrDecline, but its @Transactional lacks noRollbackFor: refused when it declines. */
     long payOrDeclineWithoutNoRollbackFor(PaymentRequest req);
 
+    /** As pay, but while provider.endSession is set it ends its own database session after the insert. */
+    long payAndMaybeEndTheSession(PaymentRequest req);
+
     /** Returns the receipt lines (a generic return type). */
     List<Receipt> payWithReceipt(PaymentRequest req);
 
