@@ -12,7 +12,12 @@ import io.idempotency.spring.IdempotencyLease;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.transaction.annotation.Transactional;
 
-/** The payment example of the README, and the variants the tests need. */
+/**
+ * The payment service of the tests and its variants. Its scope is
+ * PaymentRequest's account, which here stands for the authenticated
+ * principal the server set; an application takes the scope from its own
+ * authentication, never from the request body (the README's example).
+ */
 public class IdempotentPaymentService implements PaymentService {
 
     private final JdbcTemplate jdbc;
