@@ -38,7 +38,7 @@ import org.springframework.expression.spel.standard.SpelExpressionParser;
 import org.springframework.jdbc.datasource.DataSourceUtils;
 import org.springframework.transaction.annotation.AnnotationTransactionAttributeSource;
 import org.springframework.transaction.interceptor.TransactionAttribute;
-import org.springframework.transaction.support.TransactionSynchronizationAdapter;
+import org.springframework.transaction.support.TransactionSynchronization;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
 import org.springframework.util.ReflectionUtils;
 
@@ -233,14 +233,47 @@ public class IdempotencyAspect implements Ordered, BeanFactoryAware, SmartInitia
         } finally {
             DataSourceUtils.releaseConnection(con, dataSource);
         }
-        TransactionSynchronizationManager.registerSynchronization(new TransactionSynchronizationAdapter() {
-            @Override
-            public void afterCompletion(int status) {
-                if (status != STATUS_COMMITTED) {
-                    release.run();
-                }
+        TransactionSynchronizationManager.registerSynchronization(new ReleaseUnlessCommitted(release));
+    }
+
+    /** (TransactionSynchronizationAdapter is gone from Spring 6: every method spelled out for Spring 4.3.) */
+    private static final class ReleaseUnlessCommitted implements TransactionSynchronization {
+        private final Runnable release;
+
+        ReleaseUnlessCommitted(Runnable release) {
+            this.release = release;
+        }
+
+        @Override
+        public void afterCompletion(int status) {
+            if (status != STATUS_COMMITTED) {
+                release.run();
             }
-        });
+        }
+
+        @Override
+        public void suspend() {
+        }
+
+        @Override
+        public void resume() {
+        }
+
+        @Override
+        public void flush() {
+        }
+
+        @Override
+        public void beforeCommit(boolean readOnly) {
+        }
+
+        @Override
+        public void beforeCompletion() {
+        }
+
+        @Override
+        public void afterCommit() {
+        }
     }
 
     /** replay: the stored value or failure; in_progress: the exception carrying retryAfter. */
