@@ -19,10 +19,14 @@ import com.fasterxml.jackson.databind.JavaType;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 
+import org.aopalliance.aop.Advice;
 import org.aspectj.lang.ProceedingJoinPoint;
 import org.aspectj.lang.annotation.Around;
 import org.aspectj.lang.annotation.Aspect;
 import org.aspectj.lang.reflect.MethodSignature;
+import org.springframework.aop.Advisor;
+import org.springframework.aop.aspectj.AbstractAspectJAdvice;
+import org.springframework.aop.framework.Advised;
 import org.springframework.aop.framework.AopProxyUtils;
 import org.springframework.aop.support.AopUtils;
 import org.springframework.beans.factory.BeanFactory;
@@ -50,9 +54,10 @@ import org.springframework.util.ReflectionUtils;
  * runs on the transaction's connection, so the claim, the method's writes
  * and the stored return value commit or roll back together.
  *
- * <p>When the context has started, every singleton's {@link Idempotent}
- * methods are checked: a return type a replay cannot read back (such as
- * {@code Object}) fails the start. Other beans are checked at their first call.
+ * <p>When the context has started, every singleton with {@link Idempotent}
+ * methods is checked: a return type a replay cannot read back (such as
+ * {@code Object}), or a bean this aspect does not advise, fails the start.
+ * The return types of other beans are checked at their first call.
  */
 @Aspect
 public class IdempotencyAspect implements Ordered, BeanFactoryAware, SmartInitializingSingleton {
@@ -93,7 +98,11 @@ public class IdempotencyAspect implements Ordered, BeanFactoryAware, SmartInitia
         this.beanFactory = beanFactory;
     }
 
-    /** Checks the @Idempotent methods of every singleton once the context has created them. */
+    /**
+     * Checks every singleton with @Idempotent methods once the context has
+     * created them: their return types, and that the bean is proxied with
+     * this aspect's advice (else every call would run without a claim).
+     */
     @Override
     public void afterSingletonsInstantiated() {
         if (!(beanFactory instanceof ConfigurableListableBeanFactory)) {
@@ -102,11 +111,33 @@ public class IdempotencyAspect implements Ordered, BeanFactoryAware, SmartInitia
         ConfigurableListableBeanFactory beans = (ConfigurableListableBeanFactory) beanFactory;
         for (String name : beans.getBeanDefinitionNames()) {
             Object bean = beans.containsSingleton(name) ? beans.getSingleton(name) : null;
-            if (bean != null) {
-                ReflectionUtils.doWithMethods(AopProxyUtils.ultimateTargetClass(bean), this::checkDeclaration,
-                        m -> !m.isBridge() && m.isAnnotationPresent(Idempotent.class));
+            if (bean == null) {
+                continue;
+            }
+            List<Method> annotated = new ArrayList<>();
+            ReflectionUtils.doWithMethods(AopProxyUtils.ultimateTargetClass(bean), annotated::add,
+                    m -> !m.isBridge() && m.isAnnotationPresent(Idempotent.class));
+            annotated.forEach(this::checkDeclaration);
+            if (!annotated.isEmpty() && !isAdvisedByThisAspect(bean)) {
+                throw new IllegalStateException("bean '" + name + "' has @Idempotent methods but is not proxied with"
+                        + " the idempotency aspect (no AnnotationAwareAspectJAutoProxyCreator, which"
+                        + " @EnableAspectJAutoProxy registers, or the bean was created before it), so its calls"
+                        + " would run without a claim");
             }
         }
+    }
+
+    private static boolean isAdvisedByThisAspect(Object bean) {
+        if (bean instanceof Advised) {
+            for (Advisor advisor : ((Advised) bean).getAdvisors()) {
+                Advice advice = advisor.getAdvice();
+                if (advice instanceof AbstractAspectJAdvice && IdempotencyAspect.class.isAssignableFrom(
+                        ((AbstractAspectJAdvice) advice).getAspectJAdviceMethod().getDeclaringClass())) {
+                    return true;
+                }
+            }
+        }
+        return false;
     }
 
     private void checkDeclaration(Method method) {

@@ -25,6 +25,7 @@ import java.util.concurrent.atomic.AtomicReference;
 import io.idempotency.spring.example.CardDeclinedException;
 import io.idempotency.spring.example.ObjectReturningService;
 import io.idempotency.spring.example.PaymentApplication;
+import io.idempotency.spring.example.PaymentBeans;
 import io.idempotency.spring.example.PaymentProvider;
 import io.idempotency.spring.example.PaymentRequest;
 import io.idempotency.spring.example.PaymentService;
@@ -275,6 +276,20 @@ class IdempotentTest {
                        e.getMessage());
         } finally {
             objects.close();
+        }
+    }
+
+    @Test
+    void aBeanThatTheAspectDoesNotAdviseIsRefusedAtStartup() {
+        // no auto-proxy creator: the payment service is the plain object, its calls would bypass the aspect
+        AnnotationConfigApplicationContext unproxied = new AnnotationConfigApplicationContext();
+        unproxied.register(PaymentBeans.class);
+        try {
+            IllegalStateException e = assertThrows(IllegalStateException.class, unproxied::refresh);
+            assertTrue(e.getMessage().contains("'paymentService' has @Idempotent methods but is not proxied"),
+                       e.getMessage());
+        } finally {
+            unproxied.close();
         }
     }
 
