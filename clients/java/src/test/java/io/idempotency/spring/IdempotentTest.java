@@ -138,24 +138,31 @@ class IdempotentTest {
         assertEquals(1, rows(req.getRequestId()));
     }
 
-    @Test
-    void aCheckedExceptionThatCommitsIsStoredWithTheWritesAndReplayed() {
-        PaymentRequest req = new PaymentRequest(newKey("checked"), "acct_42", 260);
+    /** The provider's checked exception after the insert, when the method's transaction commits anyway. */
+    interface UnavailableProviderCall {
+        long pay(PaymentRequest req) throws ProviderUnavailableException;
+    }
+
+    private void assertTheCommittedFailureIsReplayed(PaymentRequest req, UnavailableProviderCall call) {
         provider.unavailable = true;
         // @Transactional commits on a checked exception: the caller sees the exception, not IK004 at commit
-        ProviderUnavailableException first = assertThrows(ProviderUnavailableException.class,
-                () -> payments.payThroughUnavailableProvider(req));
+        ProviderUnavailableException first = assertThrows(ProviderUnavailableException.class, () -> call.pay(req));
         assertEquals(1, rows(req.getRequestId()), "the method's write committed, as @Transactional decides");
         assertEquals("failed", jdbc.queryForObject("SELECT status::text FROM idem_lookup(?, ?)", String.class,
                                                    req.getRequestId(), "acct_42"), "its failure committed with it");
 
         // the retry must not repeat the committed write: it gets the same exception, the method does not run
         provider.unavailable = false;
-        ProviderUnavailableException again = assertThrows(ProviderUnavailableException.class,
-                () -> payments.payThroughUnavailableProvider(req));
+        ProviderUnavailableException again = assertThrows(ProviderUnavailableException.class, () -> call.pay(req));
         assertEquals(first.getMessage(), again.getMessage());
         assertEquals(1, rows(req.getRequestId()), "one write, as the first call committed it");
         assertEquals(1, provider.charges.get(), "the replay did not run the method");
+    }
+
+    @Test
+    void aCheckedExceptionThatCommitsIsStoredWithTheWritesAndReplayed() {
+        assertTheCommittedFailureIsReplayed(new PaymentRequest(newKey("checked"), "acct_42", 260),
+                                            payments::payThroughUnavailableProvider);
     }
 
     @Test
@@ -374,20 +381,8 @@ class IdempotentTest {
 
     @Test
     void aLeasedCallWhoseTransactionCommitsAfterAnExceptionStoresTheFailure() {
-        PaymentRequest req = new PaymentRequest(newKey("leased-checked"), "acct_42", 760);
-        provider.unavailable = true;
-        ProviderUnavailableException first = assertThrows(ProviderUnavailableException.class,
-                () -> payments.payLeasedThroughUnavailableProvider(req));
-        assertEquals(1, rows(req.getRequestId()), "the method's write committed, as @Transactional decides");
-        assertEquals("failed", jdbc.queryForObject("SELECT status::text FROM idem_lookup(?, ?)", String.class,
-                                                   req.getRequestId(), "acct_42"), "its failure committed with it");
-
-        provider.unavailable = false;
-        ProviderUnavailableException again = assertThrows(ProviderUnavailableException.class,
-                () -> payments.payLeasedThroughUnavailableProvider(req));
-        assertEquals(first.getMessage(), again.getMessage());
-        assertEquals(1, rows(req.getRequestId()), "the retry did not repeat the committed write");
-        assertEquals(1, provider.charges.get());
+        assertTheCommittedFailureIsReplayed(new PaymentRequest(newKey("leased-checked"), "acct_42", 760),
+                                            payments::payLeasedThroughUnavailableProvider);
     }
 
     @Test

@@ -22,22 +22,18 @@ import java.util.UUID;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
-import javax.sql.DataSource;
 import javax.tools.DiagnosticCollector;
 import javax.tools.JavaCompiler;
 import javax.tools.JavaFileObject;
 import javax.tools.StandardJavaFileManager;
 import javax.tools.ToolProvider;
 
-import com.zaxxer.hikari.HikariDataSource;
+import io.idempotency.spring.example.DatabaseBeans;
 
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.springframework.context.annotation.AnnotationConfigApplicationContext;
-import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
-import org.springframework.jdbc.datasource.DataSourceTransactionManager;
-import org.springframework.transaction.PlatformTransactionManager;
 
 /**
  * The README's Java blocks run as printed: each ```java block after a line
@@ -52,27 +48,6 @@ class ReadmeTest {
     private static final Pattern TESTED_BLOCK =
             Pattern.compile("<!-- tested by ReadmeTest -->\n```java\n(.*?)\n```", Pattern.DOTALL);
     private static final Pattern PUBLIC_TYPE = Pattern.compile("^public (?:class|interface) (\\w+)", Pattern.MULTILINE);
-
-    /** What the application has besides the README's blocks: its DataSource and transaction manager. */
-    public static class Infrastructure {
-        @Bean(destroyMethod = "close")
-        public HikariDataSource dataSource() {
-            HikariDataSource ds = new HikariDataSource();
-            ds.setJdbcUrl(System.getProperty("idempotency.jdbcUrl"));
-            ds.setMaximumPoolSize(4);
-            return ds;
-        }
-
-        @Bean
-        public PlatformTransactionManager transactionManager(DataSource dataSource) {
-            return new DataSourceTransactionManager(dataSource);
-        }
-
-        @Bean
-        public JdbcTemplate jdbcTemplate(DataSource dataSource) {
-            return new JdbcTemplate(dataSource);
-        }
-    }
 
     private static List<String> testedBlocks() throws IOException {
         String readme = new String(Files.readAllBytes(Paths.get("README.md")), StandardCharsets.UTF_8);
@@ -117,7 +92,7 @@ class ReadmeTest {
         try (URLClassLoader loader = new URLClassLoader(new URL[] {dir.toUri().toURL()}, getClass().getClassLoader());
              AnnotationConfigApplicationContext context = new AnnotationConfigApplicationContext()) {
             context.setClassLoader(loader);
-            context.register(Infrastructure.class);
+            context.register(DatabaseBeans.class);    // the application's DataSource and transaction manager
             for (String type : types) {
                 Class<?> cls = loader.loadClass(type);
                 if (!cls.isInterface()) {
