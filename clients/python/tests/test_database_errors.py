@@ -8,7 +8,7 @@ import urllib.parse
 
 import pytest
 
-from helpers import framework_of, orders_of, post, problem_type, record, unique_key
+from helpers import orders_of, post, problem_type, record, unique_key
 
 CITUS_PLACEMENTS = "cannot perform query on placements: the shard was moved"
 CITUS_DISTRIBUTED = "cannot execute a distributed query from a query on a shard"
@@ -59,9 +59,7 @@ def test_session_ended_mid_request(app, how):
 @pytest.mark.parametrize("statement,catch", [("COMMIT", False), ("COMMIT", True), ("ROLLBACK", False),
                                              ("SELECT 1; COMMIT", False), ("BEGIN", True)],
                          ids=["commit", "commit-caught", "rollback", "commit-in-a-list", "begin-caught"])
-def test_handler_ending_the_transaction(app, request, statement, catch):
-    if framework_of(request) != "asgi":
-        pytest.skip("the connection the ASGI middleware hands out")
+def test_handler_ending_the_transaction(app, statement, catch):
     key = unique_key("end-transaction")
     path = "/orders/end-transaction?" + urllib.parse.urlencode({"statement": statement, **({"catch": 1} if catch else {})})
     status, _, body = post(app, path, key=key)

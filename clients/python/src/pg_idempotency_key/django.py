@@ -27,7 +27,8 @@ from django.utils.module_loading import import_string
 
 from .core import (RETRYABLE, Options, Response, answer_of, answer_of_error, body_too_large, check_key, claim_sql,
                    encode_stored, fail_sql, finish_sql, fingerprint, keeps, not_claimed, response_too_large,
-                   scope_missing, sqlstate_of)
+                   scope_missing, sqlstate_of, transaction_ended)
+from .transaction_control import TransactionEnded, ends_transaction
 
 
 class _Retry(Exception):
@@ -83,6 +84,21 @@ def request_fingerprint(request):
         body = request._stream.read()
         request._stream = io.BytesIO(body)  # request.body and request.read() read it again
     return fingerprint(request.method, path, body, request.content_type)
+
+
+class _TransactionGuard:
+    """a connection.execute_wrapper around the view: refuses a statement
+    that would end the claim's transaction (COMMIT, ROLLBACK, BEGIN ...)
+    before it runs, and every statement after it"""
+
+    def __init__(self):
+        self.ended = False
+
+    def __call__(self, execute, sql, params, many, context):
+        if self.ended or ends_transaction(sql):
+            self.ended = True
+            raise TransactionEnded()
+        return execute(sql, params, many, context)
 
 
 class _Answer(Exception):
@@ -226,9 +242,14 @@ class IdempotencyMiddleware:
     def _view(self, o, request):
         """runs the view -> (its response, the Response to record); raises
         _Retry or _Answer (in the transaction: it rolls back) for a 500
-        Django made of a database error that has an answer of its own"""
+        Django made of a database error that has an answer of its own, and
+        when the view tried to end the claim's transaction"""
         request._idempotency_error = None
-        response = self.get_response(request)
+        guard = _TransactionGuard()
+        with connections[self.using].execute_wrapper(guard):
+            response = self.get_response(request)
+        if guard.ended:
+            raise _Answer(transaction_ended())
         recorded = from_django(response)
         if len(recorded.body) > o.max_response_bytes:
             raise _Answer(response_too_large(o))

@@ -109,6 +109,26 @@ def leased(request):
     return as_json({"order_id": order_id, "fence": idem.fence, "recovery_point": idem.recovery_point}, 201)
 
 
+ended_once = set()
+
+
+@require_POST
+def end_transaction(request):
+    """as asgi_app.end_transaction: the first time a key is seen, ends the
+    claim's transaction (COMMIT, or ?statement=...), then inserts again"""
+    place_order(request, {"sku": "before"})
+    if request.idempotency.key not in ended_once:
+        ended_once.add(request.idempotency.key)
+        try:
+            with connection.cursor() as cur:
+                cur.execute(request.GET.get("statement", "COMMIT"))
+        except Exception:
+            if not request.GET.get("catch"):
+                raise
+        place_order(request, {"sku": "after"})
+    return as_json({"ok": True}, 201)
+
+
 raised_once = set()
 
 
@@ -173,6 +193,6 @@ ROUTES = {
     "/orders": order, "/orders/optional": order, "/orders/wait": order, "/orders/throw": throw_after_insert,
     "/orders/503": answer_503, "/orders/404": answer_404, "/orders/404-not-stored": answer_404,
     "/orders/conflict": conflict, "/orders/conflict-at-commit": conflict, "/orders/leased": leased, "/binary": binary,
-    "/orders/raise": raise_sqlstate, "/orders/cookie": cookie, "/orders/upload": upload, "/orders/small": order,
+    "/orders/raise": raise_sqlstate, "/orders/end-transaction": end_transaction, "/orders/cookie": cookie, "/orders/upload": upload, "/orders/small": order,
     "/orders/large": large,
 }
