@@ -176,6 +176,14 @@ class Idempotency:
             self._raw, self.conn = conn, GuardedConnection(conn)
         return self.conn
 
+    def _take(self):
+        """-> the claim's connection, the middleware's alone from now on
+        (the application's guarded handle refuses every statement)"""
+        conn, self._raw = self._raw, None
+        if self.conn is not None:
+            self.conn.detached = True
+        return conn
+
     @property
     def transaction_ended(self):
         """did the application end (or try to end) the transaction?"""
@@ -414,7 +422,7 @@ class IdempotencyMiddleware:
     async def _release(self, o, handle, status):
         """the request failed: roll back; a leased claim is failed, retryable"""
         if handle._raw is not None:
-            conn, handle._raw = handle._raw, None
+            conn = handle._take()
             await self._rollback(conn)
         if handle.key is not None and o.lease is not None and not handle.unknown:
             try:
@@ -433,7 +441,7 @@ class IdempotencyMiddleware:
         """records the outcome of the response; -> what to send"""
         if handle.key is None:
             if handle._raw is not None and response.status < 500:
-                conn, handle._raw = handle._raw, None
+                conn = handle._take()
                 try:
                     await conn.execute("COMMIT")
                 except psycopg.Error as exc:
@@ -451,7 +459,7 @@ class IdempotencyMiddleware:
             return response
         stored = encode_stored(response, o.stored_headers)
         sql, params = finish_sql(handle.key, handle.scope, stored, handle.fence if o.lease is not None else None)
-        conn, handle._raw = handle._raw, None
+        conn = handle._take()
         in_transaction = conn is not None
         try:
             conn = conn or await self._getconn()

@@ -21,6 +21,8 @@ NEVER_STORED = frozenset({"set-cookie", "set-cookie2"})
 # the session ended or the database is unavailable: nothing of the request
 # committed (except at COMMIT itself), a retry with the same key is safe
 UNAVAILABLE = frozenset({"57P01", "57P02", "57P03", "57014", "25P03", "53300"})
+# the modules whose OperationalError / InterfaceError is a broken connection
+DRIVERS = frozenset({"psycopg", "psycopg2", "psycopg_pool", "django"})
 # Citus right after a shard move: (SQLSTATE, words of the message)
 CITUS_MOVED = (("25001", "cannot perform query on placements"),
                ("XX000", "cannot execute a distributed query from a query on a shard"),
@@ -302,7 +304,8 @@ def sqlstate_of(exc):
         if code:
             return code
     for e in (exc, getattr(exc, "__cause__", None)):
-        if any(c.__name__ in ("OperationalError", "InterfaceError") for c in type(e).__mro__):
+        if any(c.__name__ in ("OperationalError", "InterfaceError") and c.__module__.split(".")[0] in DRIVERS
+               for c in type(e).__mro__):
             return "08006"
     return None
 

@@ -25,11 +25,15 @@ class GuardedConnection:
     def __init__(self, conn):
         self._conn = conn
         self.ended = False
+        self.detached = False  # the request's transaction is over: nothing more may run here
 
     def __getattr__(self, name):
         return getattr(self._conn, name)
 
     def _before(self, query):
+        if self.detached:
+            raise RuntimeError("this request's transaction is over (its connection went back to the pool);"
+                               " a background task takes a connection of its own")
         if not self.ended and self._conn.info.transaction_status not in (TransactionStatus.INTRANS,
                                                                          TransactionStatus.INERROR):
             self.ended = True
