@@ -224,6 +224,11 @@ async def pool_requests(request):
     return Response(str(pool.get_stats().get("requests_num", 0)), 200, media_type="text/plain")
 
 
+async def pool_returns_bad(request):
+    """connections given back to the pool broken (psycopg_pool discards them)"""
+    return Response(str(pool.get_stats().get("returns_bad", 0)), 200, media_type="text/plain")
+
+
 async def duplicates_waiting(request):
     """duplicates waiting in memory for a request of this process"""
     return Response(str(waiting(pool)), 200, media_type="text/plain")
@@ -246,6 +251,7 @@ ROUTES = {
 }
 app = Starlette(routes=[Route(p, f, methods=["POST"]) for p, f in ROUTES.items()]
                + [Route("/pool-requests", pool_requests, methods=["GET"]),
+                  Route("/pool-returns-bad", pool_returns_bad, methods=["GET"]),
                   Route("/duplicates-waiting", duplicates_waiting, methods=["GET"]),
                   Route("/posts-finished", posts_finished, methods=["GET"])],
                 on_startup=[pool.open], on_shutdown=[pool.close])

@@ -8,7 +8,7 @@ import urllib.parse
 
 import pytest
 
-from helpers import orders_of, post, problem_type, record, unique_key
+from helpers import app_number, framework_of, orders_of, post, problem_type, record, unique_key
 
 CITUS_PLACEMENTS = "cannot perform query on placements: the shard was moved"
 CITUS_DISTRIBUTED = "cannot execute a distributed query from a query on a shard"
@@ -44,11 +44,15 @@ def test_sqlstate_answer(app, code, message, status, kind):
 
 
 @pytest.mark.parametrize("how", ["terminate", "timeout", "idle"])
-def test_session_ended_mid_request(app, how):
+def test_session_ended_mid_request(app, request, how):
     key = unique_key(f"ended-{how}")
+    asgi = framework_of(request) == "asgi"
+    bad_before = app_number(app, "/pool-returns-bad") if asgi else None
     status, headers, body = post(app, f"/orders/raise?how={how}", key=key)
     assert status == 503 and problem_type(body) == "urn:idempotency:unavailable" and headers["retry-after"] == "1"
     assert orders_of([key]) == {} and record(key) is None
+    if asgi and how != "timeout":  # the ended session's connection went back broken: the pool dropped it
+        assert app_number(app, "/pool-returns-bad") == bad_before + 1
     # the process and its pool go on (the broken connection was discarded)
     for _ in range(6):
         assert post(app, "/orders", key=unique_key("after-ended"), body={"sku": "a"})[0] == 201
