@@ -23,6 +23,7 @@ from pg_idempotency_key.flights import waiting
 GATE = 7401
 # prepare_threshold=None: PgBouncer before 1.21 keeps no prepared statements
 pool = AsyncConnectionPool(os.environ["IDEM_APP_DSN"], min_size=1, max_size=int(os.environ.get("IDEM_APP_POOL", "4")),
+                           timeout=float(os.environ.get("IDEM_APP_POOL_TIMEOUT", "30")),
                            open=False, kwargs={"autocommit": True, "prepare_threshold": None})
 thrown_once = set()
 

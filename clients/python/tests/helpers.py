@@ -18,7 +18,7 @@ DIRECT = os.environ["IDEM_TEST_DSN"]
 POOLED = os.environ.get("IDEM_TEST_POOLED_DSN")
 TARGETS = [("direct", DIRECT)] + ([("pgbouncer", POOLED)] if POOLED else [])
 GATE = 7401
-PORT = int(os.environ.get("IDEM_TEST_HTTP_PORT", "18090"))  # the apps' ports: PORT + 0..6
+PORT = int(os.environ.get("IDEM_TEST_HTTP_PORT", "18090"))  # the apps: PORT + 0..6; PORT + 7 stays closed
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -142,11 +142,11 @@ def unique_key(label):
 FRAMEWORKS = ["asgi", "django"]
 
 
-def start_app(framework, dsn, port, pool=4):
+def start_app(framework, dsn, port, pool=4, pool_timeout=30):
     """the test application in a server process of its own -> (process, URL):
     asgi_app under uvicorn, or django_orders under gunicorn (threads: Django's
     runserver refuses connections beyond a backlog of 10)"""
-    env = dict(os.environ, IDEM_APP_DSN=dsn, IDEM_APP_POOL=str(pool),
+    env = dict(os.environ, IDEM_APP_DSN=dsn, IDEM_APP_POOL=str(pool), IDEM_APP_POOL_TIMEOUT=str(pool_timeout),
                DJANGO_SETTINGS_MODULE="django_orders.settings",
                PYTHONPATH=os.pathsep.join([HERE, os.path.join(HERE, "..", "src")]))
     if framework == "asgi":

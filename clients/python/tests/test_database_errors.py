@@ -8,7 +8,8 @@ import urllib.parse
 
 import pytest
 
-from helpers import app_number, framework_of, orders_of, post, problem_type, record, unique_key
+from helpers import (FRAMEWORKS, PORT, app_number, framework_of, orders_of, post, problem_type, record, start_app,
+                     stop_app, unique_key)
 
 CITUS_PLACEMENTS = "cannot perform query on placements: the shard was moved"
 CITUS_DISTRIBUTED = "cannot execute a distributed query from a query on a shard"
@@ -71,3 +72,15 @@ def test_handler_ending_the_transaction(app, statement, catch):
     assert orders_of([key]) == {} and record(key) is None
     assert post(app, path, key=key)[0] == 201
     assert orders_of([key]) == {key: 1}
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_database_unavailable(framework):
+    # nothing listens there: the pool (ASGI: after its timeout) or Django cannot connect
+    proc, url = start_app(framework, f"host=127.0.0.1 port={PORT + 7} dbname=none user=postgres connect_timeout=5",
+                          PORT + 5, pool_timeout=2)
+    try:
+        status, headers, body = post(url, "/orders", key=unique_key("unavailable"))
+    finally:
+        stop_app(proc)
+    assert status == 503 and problem_type(body) == "urn:idempotency:unavailable" and headers["retry-after"] == "1"
