@@ -1,21 +1,29 @@
 """The Starlette application the ASGI tests drive (the same routes as the
 Node.js package's tests): POST /orders places one order row in the claim's
 transaction.  A body with "gate": true waits, after its insert, for the
-advisory lock the test holds.  Run: uvicorn asgi_app:app (IDEM_APP_DSN)."""
+advisory lock the test holds.  The idempotency scope is the authenticated
+user: the test's stand-in for authentication takes the user's name from
+"Authorization: Bearer NAME".  Run: uvicorn asgi_app:app (IDEM_APP_DSN)."""
+import asyncio
 import json
 import os
 
+from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 from starlette.applications import Starlette
+from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
+from starlette.background import BackgroundTask
+from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.responses import Response
 from starlette.routing import Route
 
-from pg_idempotency_key.asgi import IdempotencyMiddleware, header
+from pg_idempotency_key.asgi import IdempotencyMiddleware
 from pg_idempotency_key.flights import waiting
 
 GATE = 7401
 # prepare_threshold=None: PgBouncer before 1.21 keeps no prepared statements
 pool = AsyncConnectionPool(os.environ["IDEM_APP_DSN"], min_size=1, max_size=int(os.environ.get("IDEM_APP_POOL", "4")),
+                           timeout=float(os.environ.get("IDEM_APP_POOL_TIMEOUT", "30")),
                            open=False, kwargs={"autocommit": True, "prepare_threshold": None})
 thrown_once = set()
 
@@ -30,7 +38,21 @@ async def place_order(conn, key, body, tenant):
 
 
 def tenant_of(request):
-    return request.headers.get("x-tenant", "default")
+    return request.user.username
+
+
+class BearerUser(AuthenticationBackend):
+    async def authenticate(self, conn):
+        auth = conn.headers.get("authorization", "")
+        if auth.startswith("Bearer "):
+            return AuthCredentials(["authenticated"]), SimpleUser(auth[len("Bearer "):])
+        return None
+
+
+def principal(scope):
+    """the idempotency scope: the authenticated user, or None (403)"""
+    user = scope.get("user")
+    return user.username if user is not None and user.is_authenticated else None
 
 
 async def order(request):
@@ -103,9 +125,109 @@ async def leased(request):
                     201, media_type="application/json")
 
 
+async def side_effect(key, what, fail):
+    """a background task: records, on a connection of its own, what it saw
+    of the request's record (committed before it runs?) once the test's
+    gate is free; then fails if asked"""
+    async with pool.connection() as conn:
+        await conn.execute(f"SELECT pg_advisory_lock_shared({GATE})")
+        await conn.execute("INSERT INTO side_effects (key, what, record_status)"
+                           " SELECT %s, %s, (SELECT status::text FROM idempotent_record WHERE key = %s)",
+                           [key, what, key])
+        await conn.execute(f"SELECT pg_advisory_unlock_shared({GATE})")
+    if fail:
+        raise RuntimeError("the background task failed after its side effect")
+
+
+async def with_background_task(request):
+    idem = request.state.idempotency
+    order_id = await place_order(await idem.begin(), idem.key, await request.json(), tenant_of(request))
+    fail = bool(request.query_params.get("fail"))
+    return Response(json.dumps({"order_id": order_id}), 201, media_type="application/json",
+                    background=BackgroundTask(side_effect, idem.key, "e-mail", fail))
+
+
+ended_once = set()
+
+
+async def end_transaction(request):
+    """the first time a key is seen: ends the claim's transaction (COMMIT,
+    or ?statement=...), then inserts again"""
+    idem = request.state.idempotency
+    conn = await idem.begin()
+    await place_order(conn, idem.key, {"sku": "before"}, tenant_of(request))
+    if idem.key not in ended_once:
+        ended_once.add(idem.key)
+        try:
+            await conn.execute(request.query_params.get("statement", "COMMIT"))
+        except Exception:
+            if not request.query_params.get("catch"):
+                raise
+        await place_order(conn, idem.key, {"sku": "after"}, tenant_of(request))
+    return Response(json.dumps({"ok": True}), 201, media_type="application/json")
+
+
+raised_once = set()
+
+
+async def raise_sqlstate(request):
+    """the first time a key is seen: the database raises ?code= (with
+    ?message=) in the claim's transaction, after an insert; ?how=terminate:
+    the session is terminated; ?how=timeout: a statement timeout;
+    ?how=idle: the idle-in-transaction timeout ends the session"""
+    idem = request.state.idempotency
+    conn = await idem.begin()
+    await place_order(conn, idem.key, {"sku": "raise"}, tenant_of(request))
+    if idem.key not in raised_once:
+        raised_once.add(idem.key)
+        how, q = request.query_params.get("how"), request.query_params
+        if how == "terminate":
+            await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        elif how == "timeout":
+            await conn.execute("SET LOCAL statement_timeout = 1")
+            await conn.execute("SELECT pg_sleep(600)")
+        elif how == "idle":
+            pid = (await (await conn.execute("SELECT pg_backend_pid()")).fetchone())[0]
+            await conn.execute("SET LOCAL idle_in_transaction_session_timeout = 1")
+            await until_session_gone(pid)
+        else:
+            await conn.execute(sql.SQL("DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = {}, MESSAGE = {}; END $$").format(
+                sql.Literal(q["code"]), sql.Literal(q.get("message", "raised by the test"))))
+    return Response(json.dumps({"ok": True}), 201, media_type="application/json")
+
+
+async def until_session_gone(pid):
+    while True:
+        async with pool.connection() as other:
+            cur = await other.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
+            if (await cur.fetchone())[0] == 0:
+                return
+        await asyncio.sleep(0.05)
+
+
+async def cookie(request):
+    idem = request.state.idempotency
+    await place_order(await idem.begin(), idem.key, {}, tenant_of(request))
+    response = Response(json.dumps({"ok": True}), 201, media_type="application/json",
+                        headers={"etag": '"v1"', "x-internal": "secret"})
+    response.set_cookie("session", "alice-session")
+    return response
+
+
+async def large(request):
+    idem = request.state.idempotency
+    await place_order(await idem.begin(), idem.key, {}, tenant_of(request))
+    return Response(b"x" * 2000, 200, media_type="application/octet-stream")
+
+
 async def pool_requests(request):
     """connections asked of the pool so far (psycopg_pool's requests_num)"""
     return Response(str(pool.get_stats().get("requests_num", 0)), 200, media_type="text/plain")
+
+
+async def pool_returns_bad(request):
+    """connections given back to the pool broken (psycopg_pool discards them)"""
+    return Response(str(pool.get_stats().get("returns_bad", 0)), 200, media_type="text/plain")
 
 
 async def duplicates_waiting(request):
@@ -113,16 +235,47 @@ async def duplicates_waiting(request):
     return Response(str(waiting(pool)), 200, media_type="text/plain")
 
 
+finished_posts = [0]
+
+
+async def posts_finished(request):
+    """POST requests whose handling by the middleware ended"""
+    return Response(str(finished_posts[0]), 200, media_type="text/plain")
+
+
 ROUTES = {
     "/orders": order, "/orders/optional": order, "/orders/wait": order, "/orders/throw": throw_after_insert,
     "/orders/503": answer_503, "/orders/404": answer_404, "/orders/404-not-stored": answer_404,
     "/orders/conflict": conflict, "/orders/conflict-at-commit": conflict, "/orders/leased": leased, "/binary": binary,
+    "/orders/background": with_background_task, "/orders/end-transaction": end_transaction,
+    "/orders/raise": raise_sqlstate, "/orders/cookie": cookie, "/orders/small": order, "/orders/large": large,
 }
 app = Starlette(routes=[Route(p, f, methods=["POST"]) for p, f in ROUTES.items()]
                + [Route("/pool-requests", pool_requests, methods=["GET"]),
-                  Route("/duplicates-waiting", duplicates_waiting, methods=["GET"])],
+                  Route("/pool-returns-bad", pool_returns_bad, methods=["GET"]),
+                  Route("/duplicates-waiting", duplicates_waiting, methods=["GET"]),
+                  Route("/posts-finished", posts_finished, methods=["GET"])],
                 on_startup=[pool.open], on_shutdown=[pool.close])
-app.add_middleware(IdempotencyMiddleware, pool=pool, scope=lambda s: header(s, "x-tenant") or "default",
+app.add_middleware(IdempotencyMiddleware, pool=pool, scope=principal,
                    routes={"/orders/optional": {"required": False}, "/orders/wait": {"wait_for": 120},
                            "/orders/404-not-stored": {"store_client_errors": False},
-                           "/orders/leased": {"lease": 30}})
+                           "/orders/leased": {"lease": 30}, "/orders/small": {"max_body_bytes": 1000},
+                           "/orders/large": {"max_response_bytes": 1000}})
+app.add_middleware(AuthenticationMiddleware, backend=BearerUser())
+
+
+class CountingPosts:
+    """counts the POST requests whose handling ended (a state the tests wait for)"""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await self.inner(scope, receive, send)
+        finally:
+            if scope["type"] == "http" and scope["method"] == "POST":
+                finished_posts[0] += 1
+
+
+counted = CountingPosts(app)

@@ -1,5 +1,21 @@
 import os
 import sys
 
+import pytest
+
 sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)),
                 os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")]
+
+from helpers import FRAMEWORKS, PORT, TARGETS, setup_database, start_app, stop_app  # noqa: E402
+
+setup_database()
+APPS = [(f, t, dsn) for f in FRAMEWORKS for t, dsn in TARGETS]
+
+
+@pytest.fixture(scope="session", params=APPS, ids=[f"{f}-{t}" for f, t, _ in APPS])
+def app(request):
+    """the URL of a test application: each framework, directly and through PgBouncer"""
+    framework, _, dsn = request.param
+    proc, url = start_app(framework, dsn, PORT + APPS.index(request.param))
+    yield url
+    stop_app(proc)

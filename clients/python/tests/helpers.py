@@ -5,6 +5,7 @@ advisory lock the test holds; a request with {"gate": true} waits for it)."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ DIRECT = os.environ["IDEM_TEST_DSN"]
 POOLED = os.environ.get("IDEM_TEST_POOLED_DSN")
 TARGETS = [("direct", DIRECT)] + ([("pgbouncer", POOLED)] if POOLED else [])
 GATE = 7401
+PORT = int(os.environ.get("IDEM_TEST_HTTP_PORT", "18090"))  # the apps: PORT + 0..6; PORT + 7 stays closed
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -28,6 +30,8 @@ def sql(text, params=()):
 
 def setup_database():
     sql("CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, idempotency_key text, tenant text, sku text)")
+    # what background tasks did, and what they saw of their request's record
+    sql("CREATE TABLE IF NOT EXISTS side_effects (key text, what text, record_status text)")
     # a row here makes COMMIT fail with a real 40001 (a deferred trigger)
     sql("""CREATE TABLE IF NOT EXISTS commit_conflict (key text);
            CREATE OR REPLACE FUNCTION commit_conflict() RETURNS trigger LANGUAGE plpgsql AS
@@ -37,19 +41,37 @@ def setup_database():
              DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION commit_conflict()""")
 
 
-def post(url, path, key=None, body=None, tenant=None, content_type="application/json"):
-    """-> (status, headers with lower-case names, body bytes)"""
+def post(url, path, key=None, body=None, tenant="default", content_type="application/json", method="POST"):
+    """-> (status, headers with lower-case names, body bytes); tenant: the
+    authenticated user (the test apps' stand-in for authentication), None
+    for none"""
     data = body if isinstance(body, bytes) else json.dumps(body if body is not None else {}).encode()
-    req = urllib.request.Request(url + path, data=data, method="POST", headers={"Content-Type": content_type})
+    req = urllib.request.Request(url + path, data=data if method == "POST" else None, method=method,
+                                 headers={"Content-Type": content_type})
     if key is not None:
         req.add_header("Idempotency-Key", key)
     if tenant is not None:
-        req.add_header("X-Tenant", tenant)
+        req.add_header("Authorization", f"Bearer {tenant}")
     try:
         with urllib.request.urlopen(req, timeout=300) as r:
             return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
     except urllib.error.HTTPError as e:
         return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+
+
+def app_number(url, path):
+    """the number a test route of the app answers (GET)"""
+    with urllib.request.urlopen(url + path, timeout=60) as r:
+        return int(r.read())
+
+
+def framework_of(request):
+    """the framework of the app fixture's current parameter"""
+    return request.node.callspec.params["app"][0]
+
+
+def problem_type(body):
+    return json.loads(body)["type"]
 
 
 def until(text, params=()):
@@ -90,6 +112,24 @@ def record(key):
     return rows[0] if rows else None
 
 
+def raw_request(url, lines, body=b"", close=True):
+    """sends a request made by hand (header lines, a body that may be
+    shorter than its Content-Length) -> the answer's status line, or b""
+    when the server closes without one"""
+    host, port = url.rsplit("/", 1)[-1].split(":")
+    with socket.create_connection((host, int(port)), timeout=300) as s:
+        s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        if close:
+            return b""
+        answer = b""
+        while b"\r\n" not in answer:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        return answer.split(b"\r\n")[0]
+
+
 _n = [0]
 RUN = f"{os.getpid()}-{int(time.time() * 1000)}"
 
@@ -102,15 +142,15 @@ def unique_key(label):
 FRAMEWORKS = ["asgi", "django"]
 
 
-def start_app(framework, dsn, port, pool=4):
+def start_app(framework, dsn, port, pool=4, pool_timeout=30):
     """the test application in a server process of its own -> (process, URL):
     asgi_app under uvicorn, or django_orders under gunicorn (threads: Django's
     runserver refuses connections beyond a backlog of 10)"""
-    env = dict(os.environ, IDEM_APP_DSN=dsn, IDEM_APP_POOL=str(pool),
+    env = dict(os.environ, IDEM_APP_DSN=dsn, IDEM_APP_POOL=str(pool), IDEM_APP_POOL_TIMEOUT=str(pool_timeout),
                DJANGO_SETTINGS_MODULE="django_orders.settings",
                PYTHONPATH=os.pathsep.join([HERE, os.path.join(HERE, "..", "src")]))
     if framework == "asgi":
-        command = ["-m", "uvicorn", "asgi_app:app", "--host", "127.0.0.1", "--port", str(port), "--log-level", "error"]
+        command = ["-m", "uvicorn", "asgi_app:counted", "--host", "127.0.0.1", "--port", str(port), "--log-level", "error"]
     else:
         command = ["-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "32",
                    "--log-level", "error", "django_orders.wsgi"]

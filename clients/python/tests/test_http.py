@@ -4,29 +4,13 @@ Django's runserver, directly and through PgBouncer (transaction pooling);
 duplicate storms; a kill -9 of the application mid-request."""
 import http.client
 import json
-import os
 import signal
 import threading
-import urllib.request
 
 import pytest
 
-from helpers import (FRAMEWORKS, TARGETS, Gate, orders_of, poll_until, post, record, setup_database, sql, start_app,
-                     stop_app, unique_key, until, waiters_at_gate)
-
-PORT = int(os.environ.get("IDEM_TEST_HTTP_PORT", "18090"))
-setup_database()
-
-
-APPS = [(f, t, dsn) for f in FRAMEWORKS for t, dsn in TARGETS]
-
-
-@pytest.fixture(scope="module", params=APPS, ids=[f"{f}-{t}" for f, t, _ in APPS])
-def app(request):
-    framework, _, dsn = request.param
-    proc, url = start_app(framework, dsn, PORT + APPS.index(request.param))
-    yield url
-    stop_app(proc)
+from helpers import (FRAMEWORKS, app_number, PORT, TARGETS, Gate, orders_of, poll_until, post, problem_type, record, sql,
+                     start_app, stop_app, unique_key, until, waiters_at_gate)
 
 
 def concurrently(calls):
@@ -43,10 +27,6 @@ def concurrently(calls):
     for t in threads:
         t.join()
     return results
-
-
-def problem_type(body):
-    return json.loads(body)["type"]
 
 
 def test_missing_and_malformed_keys(app):
@@ -200,11 +180,6 @@ def test_duplicate_of_a_request_this_process_runs_takes_no_pooled_connection(app
 
 def pool_requests(url):
     return app_number(url, "/pool-requests")
-
-
-def app_number(url, path):
-    with urllib.request.urlopen(url + path, timeout=60) as r:
-        return int(r.read())
 
 
 def test_duplicate_storm(app):

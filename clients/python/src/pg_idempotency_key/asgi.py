@@ -1,10 +1,14 @@
 """Pure ASGI middleware for Starlette and FastAPI on psycopg 3 and
 psycopg_pool.AsyncConnectionPool.
 
-The request body is read first (for the fingerprint) and handed to the
-application again; the application's response is held back until its
-outcome is committed with the claim, so a client never sees an answer that
-was not recorded.  BEGIN travels with the claim and COMMIT with idem_finish
+Only the configured methods of paths the application routes (Starlette:
+a route matches path and method) are handled; everything else passes
+through untouched.  The request body is read first, up to max_body_bytes
+(for the fingerprint), and handed to the application again; the
+application's response is held back until its outcome is committed with
+the claim, so a client never sees an answer that was not recorded, and
+the application's background tasks run after that, as they do without
+the middleware.  BEGIN travels with the claim and COMMIT with idem_finish
 (psycopg's pipeline mode: one round trip each).  A serialization failure
 or deadlock re-runs the application, up to `retries` times.  A duplicate
 of a request this process is claiming or running is answered in memory
@@ -15,18 +19,25 @@ import json
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from .core import (RETRYABLE, Options, Response, answer_of, check_key, claim_sql, decode_stored, encode_stored,
-                   fail_sql, finish_sql, fingerprint, in_progress, keeps, not_claimed, sqlstate_of)
+from .core import (RETRYABLE, Options, Response, answer_of, answer_of_error, body_too_large, check_key, claim_sql,
+                   decode_stored, encode_stored, fail_sql, finish_sql, fingerprint, in_progress, keeps, not_claimed,
+                   response_too_large, scope_missing, sqlstate_of, transaction_ended)
 from .flights import TIMED_OUT, await_flight, flight_of, land, take_off
+from .guard import GuardedConnection
+
+TOO_LARGE = object()
 
 
 def header(scope, name):
     """the value of request header `name` (lower case) in an ASGI scope, or None"""
+    values = headers(scope, name)
+    return values[0] if values else None
+
+
+def headers(scope, name):
+    """the values of every line of request header `name` in an ASGI scope"""
     wanted = name.lower().encode("latin-1")
-    for k, v in scope.get("headers", ()):
-        if k.lower() == wanted:
-            return v.decode("latin-1")
-    return None
+    return [v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == wanted]
 
 
 async def send_response(send, r):
@@ -36,16 +47,103 @@ async def send_response(send, r):
     await send({"type": "http.response.body", "body": r.body})
 
 
-async def read_body(receive):
-    chunks = []
+async def read_body(receive, limit):
+    """-> the request body; None when the client went away before its end
+    (nothing may be claimed for a truncated body), TOO_LARGE beyond limit"""
+    chunks, size = [], 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            break
-        chunks.append(message.get("body", b""))
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return TOO_LARGE
+        chunks.append(chunk)
         if not message.get("more_body"):
-            break
-    return b"".join(chunks)
+            return b"".join(chunks)
+
+
+def routes_of(app):
+    """the route list of the Starlette router under app (through the
+    middleware Starlette stacks), or None for another ASGI application"""
+    for _ in range(64):
+        routes = getattr(app, "routes", None)
+        if isinstance(routes, list):
+            return routes
+        app = getattr(app, "app", None)
+        if app is None:
+            return None
+    return None
+
+
+def routed(routes, scope):
+    """does a route take this path and method (a Mount: this path)?"""
+    if routes is None:
+        return True
+    from starlette.routing import Match
+    return any(route.matches(scope)[0] == Match.FULL for route in routes)
+
+
+class _AppRun:
+    """the application running on a request: its response is held back
+    (result()); the application (its background tasks) goes on only once
+    the response was sent (release()), or is cancelled (abandon())"""
+
+    def __init__(self, app, scope, body, max_response_bytes):
+        self.response = asyncio.get_running_loop().create_future()
+        self.sent = asyncio.Event()
+        self._limit = max_response_bytes
+        self._body = body
+        self._status, self._headers, self._chunks, self._size = None, [], [], 0
+        self.answered = None  # the Response, once it is the one to send
+        self.task = asyncio.ensure_future(app(scope, self._receive, self._capture))
+
+    async def _receive(self):
+        if self._body is not None:
+            body, self._body = self._body, None
+            return {"type": "http.request", "body": body, "more_body": False}
+        await self.sent.wait()  # no disconnect before the response is sent
+        return {"type": "http.disconnect"}
+
+    async def _capture(self, message):
+        if self.response.done():
+            raise RuntimeError("the application sent after its response ended")
+        if message["type"] == "http.response.start":
+            self._status = message["status"]
+            self._headers = [(n.decode("latin-1").lower(), v.decode("latin-1")) for n, v in message.get("headers", ())]
+        elif message["type"] == "http.response.body":
+            chunk = message.get("body", b"")
+            self._size += len(chunk)
+            if self._size > self._limit:
+                self._chunks = None
+            elif self._chunks is not None:
+                self._chunks.append(chunk)
+            if not message.get("more_body"):
+                self.response.set_result(TOO_LARGE if self._chunks is None else
+                                         Response(self._status, self._headers, b"".join(self._chunks)))
+                await self.sent.wait()
+
+    async def result(self):
+        """-> the complete Response (or TOO_LARGE); raises what the application raised"""
+        await asyncio.wait({self.response, self.task}, return_when=asyncio.FIRST_COMPLETED)
+        if self.response.done():
+            return self.response.result()
+        self.task.result()
+        raise RuntimeError("the application returned without a response")
+
+    async def release(self):
+        """the response was sent: the application ends (background tasks)"""
+        self.sent.set()
+        await self.task
+
+    async def abandon(self):
+        """the response is not sent: the application is cancelled"""
+        if not self.task.done():
+            self.task.cancel()
+        await asyncio.wait({self.task})
+        if not self.task.cancelled():
+            self.task.exception()  # its failure is no longer anyone's answer
 
 
 class _Retry(Exception):
@@ -63,18 +161,33 @@ class Idempotency:
     def __init__(self, middleware, o, key, scope, fence=None, recovery_point=None, conn=None):
         self._middleware, self._o = middleware, o
         self.key, self.scope, self.fence, self.recovery_point = key, scope, fence, recovery_point
-        self.conn = conn  # psycopg.AsyncConnection in the claim's transaction, or None
+        self._raw = conn  # the psycopg.AsyncConnection in the claim's transaction, or None
+        # what the application gets: the same connection, guarded (guard.py)
+        self.conn = GuardedConnection(conn) if conn is not None else None
         self.unknown = False
         self.flight = None  # this process's duplicates wait on it (flights.py)
 
     async def begin(self):
         """the connection in the transaction the outcome commits with
         (taken on first use in leased mode, and without a key)"""
-        if self.conn is None:
+        if self._raw is None:
             conn = await self._middleware._getconn()
             await conn.execute("BEGIN")
-            self.conn = conn
+            self._raw, self.conn = conn, GuardedConnection(conn)
         return self.conn
+
+    def _take(self):
+        """-> the claim's connection, the middleware's alone from now on
+        (the application's guarded handle refuses every statement)"""
+        conn, self._raw = self._raw, None
+        if self.conn is not None:
+            self.conn.detached = True
+        return conn
+
+    @property
+    def transaction_ended(self):
+        """did the application end (or try to end) the transaction?"""
+        return self.conn is not None and self.conn.ended
 
     async def _record(self, call, params):
         if self._o.lease is None:
@@ -138,29 +251,60 @@ class IdempotencyMiddleware:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         o = self.routes.get(scope["path"], self.options)
-        if o is False or (scope["path"] not in self.routes and scope["method"] not in o.methods):
+        if o is False or scope["method"] not in o.methods or not self._routed(scope):
             return await self.app(scope, receive, send)
-        key = header(scope, "idempotency-key")
-        refused = check_key(key, o)
+        keys = headers(scope, "idempotency-key")
+        refused = check_key(keys, o)
         if refused:
             return await send_response(send, refused)
-        body = await read_body(receive)
+        key = keys[0] if keys else None
+        scope_name = o.scope_of(scope) if key is not None else None
+        if key is not None and scope_name is None:
+            return await send_response(send, scope_missing())
+        length = header(scope, "content-length")
+        if length is not None and length.isdigit() and int(length) > o.max_body_bytes:
+            return await send_response(send, body_too_large(o))
+        body = await read_body(receive, o.max_body_bytes)
+        if body is None:
+            return  # the client went away before the body ended: nothing to answer, nothing done
+        if body is TOO_LARGE:
+            return await send_response(send, body_too_large(o))
         path = scope["path"] + ("?" + scope["query_string"].decode("latin-1") if scope.get("query_string") else "")
-        request = (key, o.scope_of(scope),
-                   fingerprint(scope["method"], path, body, header(scope, "content-type")))
+        request = (key, scope_name, fingerprint(scope["method"], path, body, header(scope, "content-type")))
         for attempt in range(o.retries + 1):
+            runs = []  # the application's run, if it answered
             try:
-                answer = await self._attempt(o, scope, body, request)
+                answer = await self._attempt(o, scope, body, request, runs)
             except _Retry as r:
+                for run in runs:
+                    await run.abandon()
                 if attempt < o.retries:
                     continue
                 answer = answer_of(r.sqlstate)
-            return await send_response(send, answer)
+            except BaseException:
+                for run in runs:
+                    await run.abandon()
+                raise
+            sent = [run for run in runs if run.answered is answer]
+            for run in runs:
+                if run not in sent:
+                    await run.abandon()
+            try:
+                await send_response(send, answer)
+            finally:
+                for run in sent:
+                    await run.release()
+            return
 
-    async def _attempt(self, o, scope, body, request):
+    def _routed(self, scope):
+        if not hasattr(self, "_routes"):
+            self._routes = routes_of(self.app)
+        return routed(self._routes, scope)
+
+    async def _attempt(self, o, scope, body, request, runs):
         key, scope_name, fp = request
         if key is None:
-            return await self._run(o, scope, body, Idempotency(self, o, None, None))
+            return await self._run(o, scope, body, Idempotency(self, o, None, None), runs)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + o.wait_for
         flight = None
@@ -184,28 +328,48 @@ class IdempotencyMiddleware:
                 return claimed
             if flight is not None:
                 flight.claimed, claimed.flight = True, flight
-            return await self._run(o, scope, body, claimed)
+            return await self._run(o, scope, body, claimed, runs)
         finally:
             if flight is not None:
                 land(flight, None)  # unless it landed with what committed
 
-    async def _run(self, o, scope, body, handle):
+    async def _run(self, o, scope, body, handle, runs):
         """runs the application for a claimed key (or none), -> what to send"""
         scope.setdefault("state", {})["idempotency"] = handle
         heartbeat = None
         if handle.key is not None and o.heartbeat_every:
             heartbeat = asyncio.ensure_future(self._heartbeat(handle, o.heartbeat_every))
+        run = _AppRun(self.app, scope, body, o.max_response_bytes)
+        runs.append(run)
         try:
-            response = await self._run_app(scope, body)
-        except BaseException as exc:
+            response = await run.result()
+        except Exception as exc:
             await self._release(o, handle, 500)
+            if handle.transaction_ended:
+                return transaction_ended()
             if sqlstate_of(exc) in RETRYABLE:
                 raise _Retry(sqlstate_of(exc)) from exc
+            answer = answer_of_error(exc, extension=False)
+            if answer is None:
+                raise
+            return answer
+        except BaseException:
+            await self._release(o, handle, 500)
             raise
         finally:
             if heartbeat:
                 heartbeat.cancel()
-        return await self._complete(o, handle, response)
+        if response is TOO_LARGE:
+            await self._release(o, handle, 500)
+            return response_too_large(o)
+        if handle.transaction_ended or (handle._raw is not None and
+                                        handle._raw.info.transaction_status == TransactionStatus.IDLE):
+            await self._release(o, handle, 500)
+            return transaction_ended()
+        answer = await self._complete(o, handle, response)
+        if answer is response:
+            run.answered = response
+        return answer
 
     async def _claim(self, o, key, scope_name, fp, deadline):
         """-> an Idempotency handle for a claimed key, or the Response to send;
@@ -215,7 +379,13 @@ class IdempotencyMiddleware:
         leased = o.lease is not None
         sql, params = claim_sql(o, key, scope_name, fp)
         while True:
-            conn = await self._getconn()
+            try:
+                conn = await self._getconn()
+            except psycopg.Error as exc:  # the pool cannot connect
+                answer = answer_of_error(exc)
+                if answer:
+                    return answer
+                raise
             try:
                 async with conn.pipeline():
                     if not leased:
@@ -226,7 +396,7 @@ class IdempotencyMiddleware:
                 await self._rollback(conn)
                 if sqlstate_of(exc) in RETRYABLE:
                     raise _Retry(sqlstate_of(exc)) from exc
-                answer = answer_of(sqlstate_of(exc), str(exc))
+                answer = answer_of_error(exc)
                 if answer:
                     return answer
                 raise
@@ -249,42 +419,20 @@ class IdempotencyMiddleware:
             except psycopg.Error:
                 return
 
-    async def _run_app(self, scope, body):
-        """runs the application, -> its complete Response (nothing sent)"""
-        delivered = False
-        status, headers, chunks = None, [], []
-
-        async def receive():
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await asyncio.Event().wait()  # no disconnect before the response is sent
-
-        async def capture(message):
-            nonlocal status, headers
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                headers = [(n.decode("latin-1").lower(), v.decode("latin-1")) for n, v in message.get("headers", ())]
-            elif message["type"] == "http.response.body":
-                chunks.append(message.get("body", b""))
-
-        await self.app(scope, receive, capture)
-        if status is None:
-            raise RuntimeError("the application returned without a response")
-        return Response(status, headers, b"".join(chunks))
-
     async def _release(self, o, handle, status):
         """the request failed: roll back; a leased claim is failed, retryable"""
-        if handle.conn is not None:
-            conn, handle.conn = handle.conn, None
+        if handle._raw is not None:
+            conn = handle._take()
             await self._rollback(conn)
         if handle.key is not None and o.lease is not None and not handle.unknown:
-            conn = await self._getconn()
+            try:
+                conn = await self._getconn()
+            except psycopg.Error:
+                return  # the lease ends by itself
             try:
                 await conn.execute(*fail_sql(handle.key, handle.scope, status, handle.fence))
             except psycopg.Error as exc:
-                if sqlstate_of(exc) not in ("IK002", "IK003"):
+                if sqlstate_of(exc) not in ("IK002", "IK003") and answer_of_error(exc) is None:
                     raise
             finally:
                 await self._putconn(conn)
@@ -292,9 +440,16 @@ class IdempotencyMiddleware:
     async def _complete(self, o, handle, response):
         """records the outcome of the response; -> what to send"""
         if handle.key is None:
-            if handle.conn is not None and response.status < 500:
-                conn, handle.conn = handle.conn, None
-                await conn.execute("COMMIT")
+            if handle._raw is not None and response.status < 500:
+                conn = handle._take()
+                try:
+                    await conn.execute("COMMIT")
+                except psycopg.Error as exc:
+                    await self._rollback(conn)
+                    answer = answer_of_error(exc, extension=False)
+                    if answer is None:
+                        raise
+                    return answer
                 await self._putconn(conn)
             else:
                 await self._release(o, handle, response.status)
@@ -304,9 +459,16 @@ class IdempotencyMiddleware:
             return response
         stored = encode_stored(response, o.stored_headers)
         sql, params = finish_sql(handle.key, handle.scope, stored, handle.fence if o.lease is not None else None)
-        conn, handle.conn = handle.conn, None
+        conn = handle._take()
         in_transaction = conn is not None
-        conn = conn or await self._getconn()
+        try:
+            conn = conn or await self._getconn()
+        except psycopg.Error as exc:
+            await self._release(o, handle, 500)
+            answer = answer_of_error(exc)
+            if answer is None:
+                raise
+            return answer
         try:
             async with conn.pipeline():
                 await conn.execute(sql, params)
@@ -319,7 +481,7 @@ class IdempotencyMiddleware:
                 await self._release(o, handle, 500)
             if state in RETRYABLE:
                 raise _Retry(state) from exc
-            answer = answer_of(state, str(exc))
+            answer = answer_of_error(exc)
             if answer:
                 return answer
             raise

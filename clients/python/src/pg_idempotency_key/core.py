@@ -12,15 +12,32 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 KEY_CHARACTERS = re.compile(r"[\x20-\x7e]+")  # sf-string: printable ASCII
 RETRYABLE = frozenset({"40001", "40P01"})
+MIB = 1024 * 1024
+# response headers stored and replayed unless stored_headers says otherwise
+STORED_HEADERS = ("content-type", "content-language", "content-location", "location", "etag", "last-modified",
+                  "link", "cache-control", "vary")
+# one user's session must never be replayed to another
+NEVER_STORED = frozenset({"set-cookie", "set-cookie2"})
+# the session ended or the database is unavailable: nothing of the request
+# committed (except at COMMIT itself), a retry with the same key is safe
+UNAVAILABLE = frozenset({"57P01", "57P02", "57P03", "57014", "25P03", "53300"})
+# the modules whose OperationalError / InterfaceError is a broken connection
+DRIVERS = frozenset({"psycopg", "psycopg2", "psycopg_pool", "django"})
+# Citus right after a shard move: (SQLSTATE, words of the message)
+CITUS_MOVED = (("25001", "cannot perform query on placements"),
+               ("XX000", "cannot execute a distributed query from a query on a shard"),
+               ("XX000", "could not commit transaction"))
 
 
 @dataclasses.dataclass(frozen=True)
 class Options:
     """Settings; every one may be given per route (see README)."""
-    scope: Union[str, Callable[[Any], str]] = ""
+    scope: Union[str, Callable[[Any], Optional[str]], None] = None  # required
     required: bool = True
     methods: Sequence[str] = ("POST", "PATCH")
-    stored_headers: Sequence[str] = ("content-type", "location")
+    stored_headers: Sequence[str] = STORED_HEADERS
+    max_body_bytes: int = 10 * MIB       # a longer request body: 413, nothing claimed
+    max_response_bytes: int = 10 * MIB   # a longer response: 500, rolled back
     store_client_errors: bool = True
     ttl: Optional[float] = None          # seconds; None: idempotency.default_ttl
     lease: Optional[float] = None        # seconds; None: in-transaction claim
@@ -30,11 +47,25 @@ class Options:
     retries: int = 3                     # retries after 40001 / 40P01
     max_key_length: int = 255
 
+    def __post_init__(self):
+        if self.scope is None or (isinstance(self.scope, str) and not self.scope):
+            raise ValueError("the scope option is required: a function of the request returning the authenticated"
+                             " principal (or None: 403), or a non-empty string for one scope shared by all callers")
+        names = tuple(name.lower() for name in self.stored_headers)
+        if NEVER_STORED.intersection(names):
+            raise ValueError("stored_headers may not list set-cookie or set-cookie2: a replay goes to whoever sends"
+                             " the key, and one user's cookies must not reach another")
+        object.__setattr__(self, "stored_headers", names)
+        object.__setattr__(self, "methods", tuple(m.upper() for m in self.methods))
+
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
 
     def scope_of(self, request):
-        return str(self.scope(request) if callable(self.scope) else self.scope)
+        """-> the scope of the request, or None when the application's
+        function found no principal (the request is refused: 403)"""
+        scope = self.scope(request) if callable(self.scope) else self.scope
+        return str(scope) if scope is not None and scope != "" else None
 
     @property
     def heartbeat_every(self):
@@ -57,17 +88,48 @@ def problem(status, kind, title, detail, headers=()):
     return Response(status, [("content-type", "application/problem+json"), *headers], body, True)
 
 
-def check_key(key, o):
-    """-> a problem for a missing or malformed key, or None"""
-    if key is None:
+def check_key(keys, o):
+    """keys: the values of every Idempotency-Key header line -> a problem
+    for a missing or malformed key, or None.  Two lines, or one line with a
+    comma (what a server makes of two lines), are refused: which one the
+    client meant is unknown."""
+    if not keys:
         if not o.required:
             return None
         return problem(400, "key-missing", "Idempotency-Key header missing",
                        "This operation requires an Idempotency-Key header.")
+    if len(keys) > 1 or "," in keys[0]:
+        return problem(400, "key-invalid", "Invalid Idempotency-Key",
+                       "Send exactly one Idempotency-Key header line, with one key (no comma).")
+    key = keys[0]
     if not 0 < len(key) <= o.max_key_length or not KEY_CHARACTERS.fullmatch(key):
         return problem(400, "key-invalid", "Invalid Idempotency-Key",
                        f"An Idempotency-Key is 1 to {o.max_key_length} printable ASCII characters.")
     return None
+
+
+def scope_missing():
+    return problem(403, "scope-missing", "No idempotency scope",
+                   "The request has no principal to scope its Idempotency-Key to (not authenticated);"
+                   " nothing was recorded.")
+
+
+def body_too_large(o):
+    return problem(413, "body-too-large", "Request body too large",
+                   f"A request body with an Idempotency-Key may have up to {o.max_body_bytes} bytes;"
+                   " nothing was recorded.")
+
+
+def response_too_large(o):
+    return problem(500, "response-too-large", "Response too large to record",
+                   f"The response has more than {o.max_response_bytes} bytes, more than can be recorded;"
+                   " nothing was committed, the key is free.")
+
+
+def transaction_ended():
+    return problem(500, "transaction-ended", "Transaction ended by the handler",
+                   "The handler ended the transaction of the Idempotency-Key's claim (COMMIT, ROLLBACK, BEGIN"
+                   " or the like); its later statements were refused and nothing was committed.")
 
 
 def is_json(content_type):
@@ -128,7 +190,7 @@ def encode_stored(response, stored_headers):
     reorder a JSON body's keys, so the body is kept as a string"""
     headers = {}
     for name, value in response.headers:
-        if name in stored_headers:
+        if name in stored_headers and name not in NEVER_STORED:
             headers[name] = value if name not in headers else (
                 [*headers[name], value] if isinstance(headers[name], list) else [headers[name], value])
     stored = {"status": response.status, "headers": headers}
@@ -147,6 +209,8 @@ def decode_stored(result):
         result = json.loads(result)
     headers = []
     for name, value in (result.get("headers") or {}).items():
+        if name.lower() in NEVER_STORED:  # a record another writer made
+            continue
         headers += [(name, v) for v in value] if isinstance(value, list) else [(name, value)]
     headers.append(("idempotent-replayed", "true"))
     if "body_base64" in result:
@@ -180,8 +244,41 @@ def not_claimed(o, outcome, result, retry_after, polls, deadline, now):
     return wait
 
 
-def answer_of(sqlstate, message=""):
-    """the HTTP answer of an error the extension raised, or None"""
+def unavailable():
+    return problem(503, "unavailable", "Database unavailable",
+                   "The database session ended or the database is unavailable; nothing of this request was"
+                   " committed (unless at COMMIT itself): retry with the same Idempotency-Key.",
+                   [("retry-after", "1")])
+
+
+def is_unavailable(sqlstate, message=""):
+    """does the error say the session ended or the database is unavailable?
+    (a connection that broke without an error from the server: see sqlstate_of)"""
+    if sqlstate is None:
+        return False
+    if sqlstate.startswith("08") or sqlstate in UNAVAILABLE:
+        return True
+    return any(sqlstate == code and words in (message or "") for code, words in CITUS_MOVED)
+
+
+def answer_of(sqlstate, message="", extension=True):
+    """the HTTP answer of a database error, or None (the framework's 500).
+    extension: the error came from the middleware's own statement (the
+    claim, idem_finish), so the extension's codes are the key's; else from
+    the application's statements, where only the codes that mean "retry"
+    are answered"""
+    if sqlstate in RETRYABLE:
+        return problem(503, "retry", "Transaction conflict",
+                       "The transaction was rolled back by a serialization failure or deadlock; retry the request.",
+                       [("retry-after", "1")])
+    if sqlstate == "25006":
+        return problem(503, "read-only", "Database read-only",
+                       "The database is read-only (a standby or a read-only transaction); retry later.",
+                       [("retry-after", "1")])
+    if is_unavailable(sqlstate, message):
+        return unavailable()
+    if not extension:
+        return None
     if sqlstate == "IK001":
         return problem(422, "key-reused", "Idempotency-Key reused",
                        "This Idempotency-Key was used with another request (method, path or body).")
@@ -192,23 +289,27 @@ def answer_of(sqlstate, message=""):
     if sqlstate == "42501":
         return problem(403, "scope-forbidden", "Idempotency scope not granted",
                        "The database role may not use this idempotency scope.")
-    if sqlstate == "25006":
-        return problem(503, "read-only", "Database read-only",
-                       "The database is read-only (a standby or a read-only transaction); retry later.",
-                       [("retry-after", "1")])
-    if sqlstate in RETRYABLE:
-        return problem(503, "retry", "Transaction conflict",
-                       "The transaction was rolled back by a serialization failure or deadlock; retry the request.",
-                       [("retry-after", "1")])
     if sqlstate in ("22023", "22004", "22008"):
         return problem(400, "key-invalid", "Invalid Idempotency-Key", message)
     return None
 
 
 def sqlstate_of(exc):
-    """the SQLSTATE of a psycopg 3, psycopg 2 or Django-wrapped error"""
+    """the SQLSTATE of a psycopg 3, psycopg 2 or Django-wrapped error; a
+    connection that broke, closed or could not be had without a word from
+    the server (OperationalError, InterfaceError, psycopg_pool's
+    PoolTimeout) counts as 08006, connection failure"""
     for e in (exc, getattr(exc, "__cause__", None)):
         code = getattr(e, "sqlstate", None) or getattr(e, "pgcode", None)
         if code:
             return code
+    for e in (exc, getattr(exc, "__cause__", None)):
+        if any(c.__name__ in ("OperationalError", "InterfaceError") and c.__module__.split(".")[0] in DRIVERS
+               for c in type(e).__mro__):
+            return "08006"
     return None
+
+
+def answer_of_error(exc, extension=True):
+    """the HTTP answer of a database error exc, or None"""
+    return answer_of(sqlstate_of(exc), str(exc), extension)

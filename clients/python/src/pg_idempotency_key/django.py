@@ -7,18 +7,28 @@ settings.py:
     IDEMPOTENCY = {"scope": "myapp.tenancy.scope_of",    # or a callable
                    "routes": {"/orders/preview": False}}   # per-path settings
 
+Only the configured methods of paths the URLconf resolves are handled;
+everything else passes through untouched.  The view's response is
+returned as the view made it (cookies included); what is stored for a
+replay is its status, allowlisted headers and body.
+
 Django has no connection pool to starve: a duplicate that polls sleeps
 outside any transaction, on its own thread's connection."""
+import hashlib
+import io
 import json
 import time
 
 from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 from django.http import HttpResponse
+from django.urls import Resolver404, resolve
 from django.utils.module_loading import import_string
 
-from .core import (RETRYABLE, Options, Response, answer_of, check_key, claim_sql, encode_stored, fail_sql, finish_sql,
-                   fingerprint, keeps, not_claimed, sqlstate_of)
+from .core import (RETRYABLE, Options, Response, answer_of, answer_of_error, body_too_large, check_key, claim_sql,
+                   encode_stored, fail_sql, finish_sql, fingerprint, keeps, not_claimed, response_too_large,
+                   scope_missing, sqlstate_of, transaction_ended)
+from .transaction_control import TransactionEnded, ends_transaction
 
 
 class _Retry(Exception):
@@ -36,9 +46,67 @@ def to_django(r):
 
 
 def from_django(response):
-    body = b"".join(response.streaming_content) if response.streaming else response.content
+    """-> the Response to record (cookies are never recorded); a streaming
+    response is read, and given its body again for sending"""
+    if response.streaming:
+        body = b"".join(response.streaming_content)
+        response.streaming_content = [body]
+    else:
+        body = response.content
     headers = [(n.lower(), v) for n, v in response.items()]
     return Response(response.status_code, headers, body)
+
+
+def request_fingerprint(request):
+    """the fingerprint of method, full path and body, read so that Django's
+    own handling still works: multipart/form-data is parsed by Django's
+    upload handlers (large files on disk, DATA_UPLOAD_MAX_MEMORY_SIZE for
+    the fields only) and fingerprinted from its fields and files, so a
+    client's new boundary on a retry does not count; another body is read
+    from the stream (not request.body, whose size limit is the view's to
+    meet) and put back for the view"""
+    path = request.get_full_path()
+    if request.content_type == "multipart/form-data":
+        digest = hashlib.sha256(f"{request.method} {path}\n".encode())
+        for name, values in sorted(request.POST.lists()):
+            for value in values:
+                digest.update(json.dumps(["field", name, value]).encode())
+        for name, files in sorted(request.FILES.lists()):
+            for upload in files:
+                digest.update(json.dumps(["file", name, upload.name, upload.content_type, upload.size]).encode())
+                for chunk in upload.chunks():  # from the start
+                    digest.update(chunk)
+                upload.seek(0)
+        return "%s::bytea", [digest.digest()]
+    if hasattr(request, "_body"):
+        body = request._body
+    else:
+        body = request._stream.read()
+        request._stream = io.BytesIO(body)  # request.body and request.read() read it again
+    return fingerprint(request.method, path, body, request.content_type)
+
+
+class _TransactionGuard:
+    """a connection.execute_wrapper around the view: refuses a statement
+    that would end the claim's transaction (COMMIT, ROLLBACK, BEGIN ...)
+    before it runs, and every statement after it"""
+
+    def __init__(self):
+        self.ended = False
+
+    def __call__(self, execute, sql, params, many, context):
+        if self.ended or ends_transaction(sql):
+            self.ended = True
+            raise TransactionEnded()
+        return execute(sql, params, many, context)
+
+
+class _Answer(Exception):
+    """the request ends with this answer of the middleware (rolled back)"""
+
+    def __init__(self, response):
+        super().__init__(response.status)
+        self.response = response
 
 
 class Idempotency:
@@ -91,12 +159,16 @@ class IdempotencyMiddleware:
 
     def __call__(self, request):
         o = self.routes.get(request.path, self.options)
-        if o is False or (request.path not in self.routes and request.method not in o.methods):
+        if o is False or request.method not in o.methods or not self._routed(request):
             return self.get_response(request)
+        # Django joins header lines with ","; check_key refuses a comma
         key = request.headers.get("Idempotency-Key")
-        refused = check_key(key, o)
+        refused = check_key([] if key is None else [key], o)
         if refused:
             return to_django(refused)
+        length = request.META.get("CONTENT_LENGTH") or "0"
+        if length.isdigit() and int(length) > o.max_body_bytes:
+            return to_django(body_too_large(o))
         if key is None:
             # unprotected: the view's own transaction, rolled back on a 5xx
             with transaction.atomic(using=self.using):
@@ -105,19 +177,33 @@ class IdempotencyMiddleware:
                 if response.status_code >= 500:
                     transaction.set_rollback(True, using=self.using)
                 return response
-        request_fp = fingerprint(request.method, request.get_full_path(), request.body, request.content_type)
         scope = o.scope_of(request)
+        if scope is None:
+            return to_django(scope_missing())
+        request_fp = request_fingerprint(request)
         for attempt in range(o.retries + 1):
             try:
-                return to_django(self._attempt(o, request, key, scope, request_fp))
+                answer = self._attempt(o, request, key, scope, request_fp)
+                # the view's own response object goes out as it is
+                return to_django(answer) if isinstance(answer, Response) else answer
             except _Retry as r:
                 if attempt == o.retries:
                     return to_django(answer_of(r.sqlstate))
+            except _Answer as a:
+                return to_django(a.response)
             except DatabaseError as exc:
-                answer = answer_of(sqlstate_of(exc), str(exc))
+                answer = answer_of_error(exc)
                 if answer is None:
                     raise
                 return to_django(answer)
+
+    @staticmethod
+    def _routed(request):
+        try:
+            resolve(request.path_info, getattr(request, "urlconf", None))
+            return True
+        except Resolver404:
+            return False
 
     def _attempt(self, o, request, key, scope, fp):
         if o.lease is not None:
@@ -135,12 +221,12 @@ class IdempotencyMiddleware:
                         transaction.set_rollback(True, using=self.using)
                     else:
                         request.idempotency = Idempotency(o, self.using, key, scope, fence, recovery_point)
-                        response = from_django(self.get_response(request))
-                        if not keeps(o, response.status):
+                        response, recorded = self._view(o, request)
+                        if not keeps(o, recorded.status):
                             transaction.set_rollback(True, using=self.using)
-                            return self._conflict_or(request, response)
+                            return response
                         with connections[self.using].cursor() as cur:
-                            cur.execute(*finish_sql(key, scope, encode_stored(response, o.stored_headers)))
+                            cur.execute(*finish_sql(key, scope, encode_stored(recorded, o.stored_headers)))
                         return response
             except DatabaseError as exc:
                 if sqlstate_of(exc) in RETRYABLE:
@@ -153,16 +239,31 @@ class IdempotencyMiddleware:
                 return answer
             time.sleep(answer)
 
-    @staticmethod
-    def _conflict_or(request, response):
-        # a view's 500 caused by a serialization failure or deadlock:
-        # Django turned the exception into the response; retry it
-        error = getattr(request, "_idempotency_error", None)
-        if response.status >= 500 and sqlstate_of(error) in RETRYABLE:
-            raise _Retry(sqlstate_of(error))
-        return response
+    def _view(self, o, request):
+        """runs the view -> (its response, the Response to record); raises
+        _Retry or _Answer (in the transaction: it rolls back) for a 500
+        Django made of a database error that has an answer of its own, and
+        when the view tried to end the claim's transaction"""
+        request._idempotency_error = None
+        guard = _TransactionGuard()
+        with connections[self.using].execute_wrapper(guard):
+            response = self.get_response(request)
+        if guard.ended:
+            raise _Answer(transaction_ended())
+        recorded = from_django(response)
+        if len(recorded.body) > o.max_response_bytes:
+            raise _Answer(response_too_large(o))
+        error = request._idempotency_error
+        if recorded.status >= 500 and isinstance(error, DatabaseError):
+            if sqlstate_of(error) in RETRYABLE:
+                raise _Retry(sqlstate_of(error))
+            answer = answer_of_error(error, extension=False)
+            if answer is not None:
+                raise _Answer(answer)
+        return response, recorded
 
     def process_exception(self, request, exception):
+        # Django makes the view's exception a 500 response; _view needs it
         request._idempotency_error = exception
 
     def _leased(self, o, request, key, scope, fp):
@@ -185,25 +286,34 @@ class IdempotencyMiddleware:
         request.idempotency = handle
         try:
             with transaction.atomic(using=self.using):
-                response = from_django(self.get_response(request))
+                response, recorded = self._view(o, request)
                 if handle.unknown:
                     transaction.set_rollback(True, using=self.using)
                     return response
-                if not keeps(o, response.status):
+                if not keeps(o, recorded.status):
                     transaction.set_rollback(True, using=self.using)
                 else:
                     with conn.cursor() as cur:
-                        cur.execute(*finish_sql(key, scope, encode_stored(response, o.stored_headers), fence))
+                        cur.execute(*finish_sql(key, scope, encode_stored(recorded, o.stored_headers), fence))
                     return response
         except DatabaseError as exc:
             if sqlstate_of(exc) in ("IK002", "IK003"):
                 return answer_of(sqlstate_of(exc))
             self._fail(conn, key, scope, 500, fence)
             raise
-        self._fail(conn, key, scope, response.status, fence)
+        except (_Answer, _Retry):
+            self._fail(conn, key, scope, 500, fence)
+            raise
+        self._fail(conn, key, scope, recorded.status, fence)
         return response
 
     @staticmethod
     def _fail(conn, key, scope, status, fence):
-        with conn.cursor() as cur:
-            cur.execute(*fail_sql(key, scope, status, fence))
+        """the leased claim is free for a retry (if the database is
+        reachable; else its lease ends by itself)"""
+        try:
+            with conn.cursor() as cur:
+                cur.execute(*fail_sql(key, scope, status, fence))
+        except DatabaseError as exc:
+            if answer_of_error(exc) is None:
+                raise

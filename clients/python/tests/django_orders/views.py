@@ -1,8 +1,10 @@
 """Views written as a Django developer would: ORM writes, with no
 transaction handling of their own; the middleware's transaction holds them."""
+import hashlib
 import json
 import os
 
+import psycopg
 from django.db import connection
 from django.http import HttpResponse
 from django.views.decorators.http import require_POST
@@ -15,7 +17,12 @@ conflicted_once = {"/orders/conflict": set(), "/orders/conflict-at-commit": set(
 
 
 def tenant_of(request):
-    return request.headers.get("X-Tenant", "default")
+    return request.principal
+
+
+def principal(request):
+    """the idempotency scope: the authenticated user (auth.py), or None (403)"""
+    return getattr(request, "principal", None)
 
 
 def place_order(request, body):
@@ -102,8 +109,90 @@ def leased(request):
     return as_json({"order_id": order_id, "fence": idem.fence, "recovery_point": idem.recovery_point}, 201)
 
 
+ended_once = set()
+
+
+@require_POST
+def end_transaction(request):
+    """as asgi_app.end_transaction: the first time a key is seen, ends the
+    claim's transaction (COMMIT, or ?statement=...), then inserts again"""
+    place_order(request, {"sku": "before"})
+    if request.idempotency.key not in ended_once:
+        ended_once.add(request.idempotency.key)
+        try:
+            with connection.cursor() as cur:
+                cur.execute(request.GET.get("statement", "COMMIT"))
+        except Exception:
+            if not request.GET.get("catch"):
+                raise
+        place_order(request, {"sku": "after"})
+    return as_json({"ok": True}, 201)
+
+
+raised_once = set()
+
+
+@require_POST
+def raise_sqlstate(request):
+    """as asgi_app.raise_sqlstate: the first time a key is seen, the
+    database raises ?code=, or ends the session (?how=)"""
+    place_order(request, {"sku": "raise"})
+    q = request.GET
+    if request.idempotency.key not in raised_once:
+        raised_once.add(request.idempotency.key)
+        with connection.cursor() as cur:
+            if q.get("how") == "terminate":
+                cur.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+            elif q.get("how") == "timeout":
+                cur.execute("SET LOCAL statement_timeout = 1")
+                cur.execute("SELECT pg_sleep(600)")
+            elif q.get("how") == "idle":
+                cur.execute("SELECT pg_backend_pid()")
+                pid = cur.fetchone()[0]
+                cur.execute("SET LOCAL idle_in_transaction_session_timeout = 1")
+                until_session_gone(pid)
+            else:
+                cur.execute(f"DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = {quote(q['code'])},"
+                            f" MESSAGE = {quote(q.get('message', 'raised by the test'))}; END $$")
+    return as_json({"ok": True}, 201)
+
+
+def quote(text):
+    return "'" + text.replace("'", "''") + "'"
+
+
+def until_session_gone(pid):
+    with psycopg.connect(os.environ["IDEM_APP_DSN"], autocommit=True) as other:
+        while other.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()[0]:
+            other.execute("SELECT pg_sleep(0.05)")
+
+
+@require_POST
+def cookie(request):
+    place_order(request, {})
+    response = as_json({"ok": True}, 201, ETag='"v1"', **{"X-Internal": "secret"})
+    response.set_cookie("session", "alice-session")
+    return response
+
+
+@require_POST
+def upload(request):
+    """a multipart upload: the order's sku is the file's SHA-256"""
+    data = request.FILES["file"].read()
+    order_id = place_order(request, {"sku": hashlib.sha256(data).hexdigest()})
+    return as_json({"order_id": order_id, "size": len(data), "note": request.POST.get("note")}, 201)
+
+
+@require_POST
+def large(request):
+    place_order(request, {})
+    return HttpResponse(b"x" * 2000, status=200, content_type="application/octet-stream")
+
+
 ROUTES = {
     "/orders": order, "/orders/optional": order, "/orders/wait": order, "/orders/throw": throw_after_insert,
     "/orders/503": answer_503, "/orders/404": answer_404, "/orders/404-not-stored": answer_404,
     "/orders/conflict": conflict, "/orders/conflict-at-commit": conflict, "/orders/leased": leased, "/binary": binary,
+    "/orders/raise": raise_sqlstate, "/orders/end-transaction": end_transaction, "/orders/cookie": cookie, "/orders/upload": upload, "/orders/small": order,
+    "/orders/large": large,
 }

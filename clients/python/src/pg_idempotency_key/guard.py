@@ -1,0 +1,114 @@
+"""The connection handed to an ASGI handler, guarded: the claim, the
+handler's writes and the stored response must commit together, so the
+handler may not end that transaction itself.  A statement that would
+(COMMIT, ROLLBACK, BEGIN, END, ABORT, PREPARE TRANSACTION) is refused
+before it is sent, and so is every statement after the transaction ended
+anyway; the request then answers 500 transaction-ended with nothing
+committed.  Savepoints (conn.transaction(), ROLLBACK TO) are allowed."""
+from psycopg.pq import TransactionStatus
+
+from .transaction_control import TransactionEnded, ends_transaction
+
+
+def _text(query, conn):
+    if isinstance(query, str):
+        return query
+    if isinstance(query, bytes):
+        return query.decode("utf-8", "replace")
+    return query.as_string(conn)
+
+
+class GuardedConnection:
+    """a psycopg.AsyncConnection in the claim's transaction, for the
+    handler; attributes other than those below are the connection's"""
+
+    def __init__(self, conn):
+        self._conn = conn
+        self.ended = False
+        self.detached = False  # the request's transaction is over: nothing more may run here
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    def _before(self, query):
+        if self.detached:
+            raise RuntimeError("this request's transaction is over (its connection went back to the pool);"
+                               " a background task takes a connection of its own")
+        if not self.ended and self._conn.info.transaction_status not in (TransactionStatus.INTRANS,
+                                                                         TransactionStatus.INERROR):
+            self.ended = True
+        if not self.ended and ends_transaction(_text(query, self._conn)):
+            self.ended = True
+        if self.ended:
+            raise TransactionEnded()
+
+    def _after(self):
+        if self._conn.info.transaction_status == TransactionStatus.IDLE:
+            self.ended = True
+
+    async def execute(self, query, params=None, **kwargs):
+        self._before(query)
+        try:
+            return _GuardedCursor(self, await self._conn.execute(query, params, **kwargs))
+        finally:
+            self._after()
+
+    def cursor(self, *args, **kwargs):
+        return _GuardedCursor(self, self._conn.cursor(*args, **kwargs))
+
+    async def commit(self):
+        self._refuse()
+
+    async def rollback(self):
+        self._refuse()
+
+    async def set_autocommit(self, value):
+        self._refuse()
+
+    async def close(self):
+        self._refuse()
+
+    def _refuse(self):
+        self.ended = True
+        self._before("")
+
+
+class _GuardedCursor:
+    def __init__(self, guard, cursor):
+        self._guard, self._cursor = guard, cursor
+
+    def __getattr__(self, name):
+        return getattr(self._cursor, name)
+
+    def __aiter__(self):
+        return self._cursor.__aiter__()
+
+    async def __aenter__(self):
+        await self._cursor.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc):
+        return await self._cursor.__aexit__(*exc)
+
+    async def execute(self, query, params=None, **kwargs):
+        self._guard._before(query)
+        try:
+            await self._cursor.execute(query, params, **kwargs)
+            return self
+        finally:
+            self._guard._after()
+
+    async def executemany(self, query, params_seq, **kwargs):
+        self._guard._before(query)
+        try:
+            return await self._cursor.executemany(query, params_seq, **kwargs)
+        finally:
+            self._guard._after()
+
+    async def stream(self, query, params=None, **kwargs):
+        self._guard._before(query)
+        try:
+            async for row in self._cursor.stream(query, params, **kwargs):
+                yield row
+        finally:
+            self._guard._after()
