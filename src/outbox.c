@@ -48,7 +48,6 @@
 typedef enum OutboxPlanId
 {
 	OUTBOX_PLAN_ENQUEUE,
-	OUTBOX_PLAN_NEXT_FENCE,
 	OUTBOX_PLAN_CLAIM,
 	OUTBOX_PLAN_MARK_SENT,
 	OUTBOX_PLAN_FIRST_NOT_HELD,
@@ -63,6 +62,8 @@ typedef enum OutboxPlanId
 #define LE " OPERATOR(pg_catalog.<=) "
 #define GE " OPERATOR(pg_catalog.>=) "
 #define PENDING " status" EQ "'pending'"
+/* held by fence: claimed with it and not failed, requeued or claimed since */
+#define HELD_BY(fence) " fence" EQ fence " AND" PENDING " AND locked_until IS NOT NULL"
 
 /* %1$s is the qualified table name */
 static const SavedPlanDef outbox_plan_defs[NUM_OUTBOX_PLANS] = {
@@ -71,33 +72,30 @@ static const SavedPlanDef outbox_plan_defs[NUM_OUTBOX_PLANS] = {
 		" created_at, available_at) VALUES ($1, $2, $3, $4, $5, $6, $6)",
 		6, {UUIDOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID, TIMESTAMPTZOID}
 	},
-	[OUTBOX_PLAN_NEXT_FENCE] = {
-		"SELECT pg_catalog.nextval($1)",
-		1, {REGCLASSOID}
-	},
 
 	/*
 	 * the oldest available pending rows not locked by anyone (a relay's
 	 * claim or mark); the batch is materialized so that its bound does not
-	 * depend on the plan
+	 * depend on the plan; the fence ($3, the sequence) is drawn once, by
+	 * the first row claimed (an uncorrelated subquery: an init plan)
 	 */
 	[OUTBOX_PLAN_CLAIM] = {
 		"WITH batch AS MATERIALIZED ("
 		"SELECT message_id FROM ONLY %1$s WHERE" PENDING " AND available_at" LE "$1"
 		" ORDER BY available_at LIMIT $2 FOR UPDATE SKIP LOCKED),"
 		" claimed AS ("
-		"UPDATE ONLY %1$s AS o SET fence = $3, attempts = o.attempts OPERATOR(pg_catalog.+) 1,"
+		"UPDATE ONLY %1$s AS o SET fence = (SELECT pg_catalog.nextval($3)), attempts = o.attempts OPERATOR(pg_catalog.+) 1,"
 		" locked_until = $4, available_at = $4"
 		" FROM batch WHERE o.message_id" EQ "batch.message_id"
 		" RETURNING o.message_id, o.scope, o.destination, o.payload, o.headers,"
 		" o.attempts, o.fence, o.created_at)"
 		" SELECT * FROM claimed ORDER BY created_at, message_id",
-		4, {TIMESTAMPTZOID, INT4OID, INT8OID, TIMESTAMPTZOID}
+		4, {TIMESTAMPTZOID, INT4OID, REGCLASSOID, TIMESTAMPTZOID}
 	},
 	[OUTBOX_PLAN_MARK_SENT] = {
 		"UPDATE ONLY %1$s SET status = 'sent', sent_at = $3, expires_at = $4,"
 		" locked_until = NULL"
-		" WHERE message_id" EQ "ANY ($1) AND fence" EQ "$2 AND" PENDING,
+		" WHERE message_id" EQ "ANY ($1) AND" HELD_BY("$2"),
 		4, {UUIDARRAYOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	/* after MARK_SENT: a message of the list not sent under the fence */
@@ -113,7 +111,7 @@ static const SavedPlanDef outbox_plan_defs[NUM_OUTBOX_PLANS] = {
 		"UPDATE ONLY %1$s SET status = CASE WHEN attempts" GE "$5"
 		" THEN 'dead' ELSE 'pending' END,"
 		" last_error = $3, available_at = $4, locked_until = NULL"
-		" WHERE message_id" EQ "$1 AND fence" EQ "$2 AND" PENDING
+		" WHERE message_id" EQ "$1 AND" HELD_BY("$2")
 		" RETURNING status",
 		5, {UUIDOID, INT8OID, TEXTOID, TIMESTAMPTZOID, INT4OID}
 	},
@@ -301,8 +299,6 @@ idem_outbox_claim(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	TimestampTz now = GetCurrentTimestamp();
 	Datum		values[4];
-	Datum		seq;
-	bool		isnull;
 	uint64		n;
 	OutboxCall	call;
 
@@ -315,10 +311,8 @@ idem_outbox_claim(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	outbox_begin(&call, fcinfo->flinfo->fn_oid, NULL);
-	seq = ObjectIdGetDatum(get_relname_relid("idempotency_outbox_fence_seq",
-											 call.namespace));
-	outbox_exec(&call, OUTBOX_PLAN_NEXT_FENCE, &seq, NULL, SPI_OK_SELECT);
-	values[2] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	values[2] = ObjectIdGetDatum(get_relname_relid("idempotency_outbox_fence_seq",
+												   call.namespace));
 	n = outbox_exec(&call, OUTBOX_PLAN_CLAIM, values, NULL, SPI_OK_SELECT);
 	for (uint64 i = 0; i < n; i++)
 		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
