@@ -66,6 +66,25 @@ export function createRelay(options) {
     }
   }
 
+  // All or none is refused (IK003) when another relay took any of the
+  // messages over after the lease ended: the others are still this
+  // claim's, marked one by one, so that they are not published again
+  async function markSent(ids, fence) {
+    try {
+      await o.pool.query(MARK_SENT, [ids, fence]);
+    } catch (err) {
+      if (err.code !== 'IK003' || ids.length === 1) throw err;
+      for (const id of ids) {
+        try {
+          await o.pool.query(MARK_SENT, [[id], fence]);
+        } catch (oneErr) {
+          if (oneErr.code !== 'IK003') throw oneErr;
+          onError(oneErr);
+        }
+      }
+    }
+  }
+
   // One claim, publish and mark; returns the counts
   async function runOnce() {
     const { rows } = await o.pool.query(CLAIM, [o.batchSize, o.lease]);
@@ -79,7 +98,7 @@ export function createRelay(options) {
       outcomes = rows.map(() => err);
     }
     const sent = rows.filter((_, i) => outcomes[i] === null).map((row) => row.message_id);
-    if (sent.length > 0) await o.pool.query(MARK_SENT, [sent, fence]);
+    if (sent.length > 0) await markSent(sent, fence);
     const failed = rows.filter((_, i) => outcomes[i] !== null);
     for (let i = 0; i < rows.length; i++) if (outcomes[i] !== null) await markFailed(rows[i], outcomes[i]);
     if (failed.length > 0) onError(outcomes.find((e) => e !== null));

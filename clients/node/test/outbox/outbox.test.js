@@ -175,6 +175,36 @@ test('a consumer killed in its handler: redelivered, the effect happens once', a
   await until('the queue empty (acked)', async () => (await queued(queue)) === 0);
 });
 
+test('a mark refused for a message another relay took over still marks the rest of the batch', async (t) => {
+  t.after(stopAll);
+  const queue = await freshQueue('takeover');
+  const first = await enqueue(queue, { n: 1 });
+  const second = await enqueue(queue, { n: 2 });
+  let takenOverFence = null;
+  // between the confirms and the mark, the first message's lease ends and
+  // another relay claims it
+  const racing = {
+    async query(text, params) {
+      if (text.includes('idem_outbox_mark_sent') && takenOverFence === null) {
+        await pool.query("UPDATE idempotency_outbox SET available_at = now() - interval '1 second' WHERE message_id = $1", [first]);
+        const { rows } = await pool.query("SELECT message_id, fence FROM idem_outbox_claim(10, '1 hour')");
+        assert.deepEqual(rows.map((r) => r.message_id), [first], 'the other relay claims the first message only');
+        takenOverFence = rows[0].fence;
+      }
+      return pool.query(text, params);
+    },
+  };
+  const r = createRelay({ pool: racing, url, lease: '1 hour', onError: (e) => errors.push(e) });
+  running.push(r);
+  assert.deepEqual(await r.runOnce(), { claimed: 2, sent: 2, failed: 0 });
+  const rows = (await pool.query('SELECT message_id, status, fence FROM idempotency_outbox ORDER BY created_at')).rows;
+  assert.equal(rows[0].status, 'pending', 'the message taken over is left to its new owner');
+  assert.equal(rows[0].fence, takenOverFence);
+  assert.equal(rows[1].status, 'sent', 'the rest of the batch is marked');
+  assert.equal(rows[1].message_id, second);
+  assert.deepEqual(errors.map((e) => e.code), ['IK003'], 'the refusal reached onError');
+});
+
 test('the broker restarted in the middle of a stream: nothing lost, nothing doubled', { skip: !process.env.IDEM_TEST_RABBITMQ_DIR && 'IDEM_TEST_RABBITMQ_DIR not set' }, async (t) => {
   t.after(stopAll);
   const queue = await freshQueue('restart');
