@@ -3,12 +3,14 @@
 # pg_regress, the isolation specs (with the direct path, then with planned
 # SQL only), the HTTP example, the Java library, the exporter queries in
 # postgres_exporter, META.json and the PGXN archive, the pgTAP and TAP
-# suites, interrupted runs, and last the Debian package (built, installed,
+# suites, interrupted runs, the client packages (the Node.js outbox against
+# a private RabbitMQ), and last the Debian package (built, installed,
 # tested, removed); stop the cluster.
 # Ends with "N passed, N failed"; exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/cluster.sh
+. scripts/rabbitmq.sh
 
 ensure_packages "${IDEM_PACKAGES[@]}" pgbouncer python3-psycopg python3-psycopg-pool \
     prometheus-postgres-exporter prometheus "${JAVA_PACKAGES[@]}" || exit 1
@@ -303,6 +305,36 @@ run_node_client_suite() {
     server_stop "$CLUSTER_DIR/pgbouncer-$db/pgbouncer.pid"
 }
 
+# clients/node's outbox relay and inbox consumer against a private RabbitMQ
+# (scripts/rabbitmq.sh, ports IDEM_RABBITMQ_PORT .. + 2, default 16436),
+# which the suite's restart test stops and starts; counts the runner's
+# summary as for the HTTP suite.
+run_node_outbox_suite() {
+    local db=idempotency_outbox port=${IDEM_RABBITMQ_PORT:-16436} dir=$CLUSTER_DIR/rabbitmq ok bad rc
+    say "clients/node outbox relay and consumer against RabbitMQ (confirms, kill -9, broker restart, storm)"
+    ensure_packages rabbitmq-server || { failed=$((failed + 1)); return; }
+    command -v npm >/dev/null || ensure_packages nodejs npm || { failed=$((failed + 1)); return; }
+    [ -d clients/node/node_modules/amqplib ] \
+        || (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
+        || { failed=$((failed + 1)); return; }
+    server_register "$dir/rabbitmq.pid" beam.smp
+    server_register "$dir/epmd.pid" epmd
+    rabbitmq_start "$dir" "$port" \
+        && createdb "$db" && psql -q -X -d "$db" -c 'CREATE EXTENSION idempotency' \
+        || { failed=$((failed + 1)); rabbitmq_stop "$dir" "$port"; return; }
+    (cd clients/node && IDEM_TEST_DSN="postgresql://postgres@/$db?host=$PGHOST&port=$PGPORT" \
+        IDEM_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$port" \
+        IDEM_TEST_RABBITMQ_DIR="$dir" IDEM_TEST_RABBITMQ_PORT="$port" \
+        node --test test/outbox/*.test.js) 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    ok=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$log" | tail -n 1)
+    bad=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$log" | tail -n 1)
+    ok=${ok:-0}; bad=${bad:-0}
+    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
+    passed=$((passed + ok)); failed=$((failed + bad))
+    rabbitmq_stop "$dir" "$port"
+}
+
 # clients/python: pytest (Debian's python3, which has the packages) of the
 # ASGI middleware under uvicorn and the Django middleware under gunicorn,
 # directly and through PgBouncer, and of the README's install block (a
@@ -376,6 +408,7 @@ run_java_suite
 run_exporter_suite
 run_pgxn_suite
 run_node_client_suite
+run_node_outbox_suite
 run_python_client_suite
 run_pgtap_suite
 run_tap_suite

@@ -19,6 +19,7 @@ SELECT enum_range(NULL::idem_status) AS idem_status_labels;
 \d idem_claim_result
 \d idempotent_record
 \d idempotency_token
+\d idempotency_outbox
 
 -- arguments and defaults of every function and procedure
 SELECT p.proname AS function, pg_get_function_arguments(p.oid) AS arguments
@@ -42,17 +43,19 @@ SELECT c.relname AS view, coalesce(c.reloptions, '{}') AS options
  WHERE c.relkind = 'v'
  ORDER BY 1;
 
--- every object of the extension, and every column of its two tables, has
+-- every object of the extension, and every column of its tables, has
 -- a COMMENT
 SELECT object AS without_comment
   FROM members WHERE obj_description(objid, classid::regclass::name) IS NULL
 UNION ALL
 SELECT format('column %s.%s', a.attrelid::regclass, a.attname)
   FROM pg_attribute a
- WHERE a.attrelid IN ('idempotent_record'::regclass, 'idempotency_token'::regclass)
+ WHERE a.attrelid IN ('idempotent_record'::regclass, 'idempotency_token'::regclass,
+                      'idempotency_outbox'::regclass)
    AND a.attnum > 0 AND NOT a.attisdropped AND col_description(a.attrelid, a.attnum) IS NULL;
 
--- pg_dump keeps every row of the two tables (empty filter conditions)
+-- pg_dump keeps every row of the tables and the outbox's fence sequence
+-- (empty filter conditions)
 SELECT extconfig::regclass[] AS dumped_tables, extcondition FROM pg_extension WHERE extname = 'idempotency';
 
 -- the settings, their defaults and ranges; each can be set per session

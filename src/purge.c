@@ -13,6 +13,7 @@
 
 #include "args.h"
 #include "attached_code.h"
+#include "outbox.h"
 #include "record_store.h"
 #include "stats.h"
 #include "tokens.h"
@@ -28,6 +29,8 @@ refuse_referenced_tables(Oid fn)
 
 	idem_refuse_referencing_keys(get_relname_relid("idempotent_record", namespace));
 	idem_refuse_referencing_keys(get_relname_relid("idempotency_token", namespace));
+	if (OidIsValid(get_relname_relid("idempotency_outbox", namespace)))
+		idem_refuse_referencing_keys(get_relname_relid("idempotency_outbox", namespace));
 }
 
 /*
@@ -62,6 +65,8 @@ idem_purge(PG_FUNCTION_ARGS)
 	idem_store_end();
 	if (purged < batch_size)
 		purged += idem_tokens_purge(fcinfo->flinfo->fn_oid, now, batch_size - purged);
+	if (purged < batch_size)
+		purged += idem_outbox_purge(fcinfo->flinfo->fn_oid, now, batch_size - purged);
 	idem_count_n(IDEM_COUNT_ROWS_PURGED, purged);
 	PG_RETURN_INT64(purged);
 }

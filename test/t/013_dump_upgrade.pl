@@ -7,7 +7,8 @@
 #    into a new database (pg_restore, or psql for a plain dump, also into a
 #    database where the extension was already created: the dump says
 #    CREATE EXTENSION IF NOT EXISTS) gives back every record and token
-#    byte for byte, and claims replay there.
+#    byte for byte, and claims replay there; so do the outbox's messages
+#    and its fence sequence (no fence is issued twice).
 # 2. Upgrade path.  For every version the extension can be installed at,
 #    create it at that version, ALTER EXTENSION ... UPDATE to the default
 #    version, and compare the extension's objects (pg_describe_object over
@@ -54,6 +55,19 @@ INSERT INTO tokens_issued VALUES ('unused', idem_token_issue('form', ttl => '1 h
 SELECT idem_token_consume(token, 'form') FROM tokens_issued WHERE name = 'consumed';
 };
 my $has_tokens = 0;
+# The outbox (1.3): a message sent under fence 1, one pending, one dead;
+# the fence sequence is dumped too, so no fence is issued twice
+my $fill_outbox = q{
+SELECT idem_outbox_enqueue('orders', jsonb_build_object('n', n), '{"h": "é"}',
+                           ('00000000-0000-4000-8000-00000000000' || n)::uuid, scope => 'acct')
+  FROM generate_series(1, 3) AS n;
+SELECT count(*) FROM idem_outbox_claim(2, '1 hour');
+SELECT idem_outbox_mark_sent('{00000000-0000-4000-8000-000000000001}', 1);
+SELECT idem_outbox_mark_failed('00000000-0000-4000-8000-000000000002', 1, 'no route', max_attempts => 1);
+};
+my $has_outbox = 0;
+my $outbox_digest = q{
+SELECT count(*) || ' ' || md5(string_agg(o::text, ',' ORDER BY message_id)) FROM idempotency_outbox o};
 
 # More records for the upgrade path: a released key (retryable failure), a
 # live lease, records whose retention ended (finished two days ago with a
@@ -160,6 +174,20 @@ sub check_replays
 	}
 }
 
+# The outbox after a restore: the pending message is claimed with a fence
+# the source never issued, the sent and dead ones are not, fence 1 is stale
+sub check_outbox
+{
+	my ($db, $what) = @_;
+	is( $node->safe_psql($db, "SELECT message_id || ' ' || fence || ' ' || attempts FROM idem_outbox_claim(10, '1 hour')"),
+		'00000000-0000-4000-8000-000000000003 2 1', "$what: the pending message is claimed, with fence 2");
+	my ($rc, $out, $err) = $node->psql($db,
+		"SELECT idem_outbox_mark_sent('{00000000-0000-4000-8000-000000000003}', 1)");
+	like($err, qr/not held under fence 1/, "$what: fence 1 is stale there (IK003)");
+	is( $node->safe_psql($db, "SELECT message_id || ' ' || last_error FROM idem_outbox_dead"),
+		'00000000-0000-4000-8000-000000000002 no route', "$what: the dead message is listed");
+}
+
 ###############################################################################
 # 1. dump and restore
 ###############################################################################
@@ -169,8 +197,12 @@ $node->safe_psql('src', $fill);
 $has_tokens = $node->safe_psql('src',
 	"SELECT to_regclass('idempotency_token') IS NOT NULL") eq 't';
 $node->safe_psql('src', $fill_tokens) if $has_tokens;
+$has_outbox = $node->safe_psql('src',
+	"SELECT to_regclass('idempotency_outbox') IS NOT NULL") eq 't';
+$node->safe_psql('src', $fill_outbox) if $has_outbox;
 my $records = $node->safe_psql('src', $records_digest);
 my $tokens = $has_tokens ? $node->safe_psql('src', $tokens_digest) : '';
+my $outbox = $has_outbox ? $node->safe_psql('src', $outbox_digest) : '';
 like($records, qr/^4 /, 'the source database holds 4 records');
 
 my $tmp = PostgreSQL::Test::Utils::tempdir;
@@ -200,10 +232,13 @@ for my $db ('dst_restore', 'dst_psql')
 	is($node->safe_psql($db, $records_digest), $records, "$db: every record restored, byte for byte");
 	is($node->safe_psql($db, $tokens_digest), $tokens, "$db: every token restored, byte for byte")
 	  if $has_tokens;
+	is($node->safe_psql($db, $outbox_digest), $outbox, "$db: every outbox message restored, byte for byte")
+	  if $has_outbox;
 	is($node->safe_psql($db, "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'"),
 		$node->safe_psql('src', "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'"),
 		"$db: the extension at the source's version");
 	check_replays($db, $db);
+	check_outbox($db, $db) if $has_outbox;
 }
 
 ###############################################################################

@@ -1,0 +1,183 @@
+/* idempotency--1.2--1.3.sql: ALTER EXTENSION idempotency UPDATE TO '1.3' */
+
+-- complain if script is sourced in psql, rather than via ALTER EXTENSION
+\echo Use "ALTER EXTENSION idempotency UPDATE TO '1.3'" to load this file. \quit
+
+-------------------------------------------------------------------------------
+-- Messaging: a transactional outbox (src/outbox.c)
+-------------------------------------------------------------------------------
+
+-- One row per message.  idem_outbox_enqueue inserts it in the producer's
+-- transaction, so it exists exactly when the business writes commit; a
+-- relay claims batches (SKIP LOCKED, a lease, a fence), publishes them and
+-- marks them sent with the claim's fence; idem_purge deletes sent rows
+-- after their retention.  available_at is when a row may next be claimed:
+-- its enqueue time, its lease end while claimed, its retry time after a
+-- failure, so that a claim reads one partial index and skips nothing.
+CREATE TABLE @extschema@.idempotency_outbox (
+    message_id   uuid        NOT NULL,
+    scope        text        NOT NULL DEFAULT '',
+    destination  text        NOT NULL,
+    payload      jsonb       NOT NULL,
+    headers      jsonb       NOT NULL DEFAULT '{}',
+    status       text        NOT NULL DEFAULT 'pending',
+    attempts     integer     NOT NULL DEFAULT 0,
+    fence        bigint      NOT NULL DEFAULT 0,
+    created_at   timestamptz NOT NULL,
+    available_at timestamptz NOT NULL,
+    locked_until timestamptz,
+    sent_at      timestamptz,
+    expires_at   timestamptz,
+    last_error   text,
+    CONSTRAINT idempotency_outbox_pkey PRIMARY KEY (message_id),
+    CONSTRAINT idempotency_outbox_destination_check
+        CHECK (destination OPERATOR(pg_catalog.<>) ''),
+    CONSTRAINT idempotency_outbox_headers_check
+        CHECK (pg_catalog.jsonb_typeof(headers) OPERATOR(pg_catalog.=) 'object'),
+    CONSTRAINT idempotency_outbox_status_check
+        CHECK (status OPERATOR(pg_catalog.=) ANY ('{pending,sent,dead}'::text[]))
+);
+
+COMMENT ON TABLE @extschema@.idempotency_outbox IS
+'transactional outbox: one row per message enqueued by idem_outbox_enqueue, published by a relay (idem_outbox_claim, idem_outbox_mark_sent, idem_outbox_mark_failed)';
+COMMENT ON COLUMN @extschema@.idempotency_outbox.message_id IS
+'the message''s ID, fixed at enqueue; the relay publishes it as the broker''s message ID and the consumer deduplicates by it';
+COMMENT ON COLUMN @extschema@.idempotency_outbox.scope IS
+'namespace of the producer (tenant, service); checked against idem_scope_grant for roles without table privileges';
+COMMENT ON COLUMN @extschema@.idempotency_outbox.destination IS
+'where the relay publishes the message (for RabbitMQ a routing key or queue name); never empty';
+COMMENT ON COLUMN @extschema@.idempotency_outbox.payload IS
+'the message body, as JSON';
+COMMENT ON COLUMN @extschema@.idempotency_outbox.headers IS
+'message headers, a JSON object ({} when none)';
+COMMENT ON COLUMN @extschema@.idempotency_outbox.status IS
+'pending (not yet confirmed by the broker), sent (confirmed; kept until expires_at) or dead (given up after max_attempts failures)';
+COMMENT ON COLUMN @extschema@.idempotency_outbox.attempts IS
+'how many times a relay claimed the message';
+COMMENT ON COLUMN @extschema@.idempotency_outbox.fence IS
+'fence of the last claim (0: never claimed); only a mark carrying it is accepted';
+COMMENT ON COLUMN @extschema@.idempotency_outbox.created_at IS
+'server time (clock_timestamp) of the enqueue';
+COMMENT ON COLUMN @extschema@.idempotency_outbox.available_at IS
+'when a relay may claim the message next: enqueue time, then the end of a claim''s lease or the retry time after a failure';
+COMMENT ON COLUMN @extschema@.idempotency_outbox.locked_until IS
+'end of the lease of the last claim; NULL when unclaimed, failed or sent';
+COMMENT ON COLUMN @extschema@.idempotency_outbox.sent_at IS
+'server time when a relay marked the message sent; NULL before';
+COMMENT ON COLUMN @extschema@.idempotency_outbox.expires_at IS
+'sent_at + idempotency.default_ttl: from then on idem_purge may delete the sent message; NULL while pending or dead';
+COMMENT ON COLUMN @extschema@.idempotency_outbox.last_error IS
+'the error of the last idem_outbox_mark_failed; NULL when none';
+
+-- claims read the claimable rows in the order they became available
+CREATE INDEX idempotency_outbox_available_idx
+    ON @extschema@.idempotency_outbox (available_at)
+    WHERE status OPERATOR(pg_catalog.=) 'pending';
+COMMENT ON INDEX @extschema@.idempotency_outbox_available_idx IS
+'pending messages by available_at: what idem_outbox_claim reads';
+-- purge finds expired sent rows
+CREATE INDEX idempotency_outbox_expires_idx
+    ON @extschema@.idempotency_outbox (expires_at)
+    WHERE status OPERATOR(pg_catalog.=) 'sent';
+COMMENT ON INDEX @extschema@.idempotency_outbox_expires_idx IS
+'sent messages by expires_at: what idem_purge reads';
+
+-- one fence per claim, larger than every fence issued before
+CREATE SEQUENCE @extschema@.idempotency_outbox_fence_seq AS bigint;
+COMMENT ON SEQUENCE @extschema@.idempotency_outbox_fence_seq IS
+'fences of idem_outbox_claim: each claim draws one';
+
+-- pg_dump keeps the messages and the fences already issued
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idempotency_outbox', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idempotency_outbox_fence_seq', '');
+
+CREATE FUNCTION @extschema@.idem_outbox_enqueue(
+    destination text,
+    payload     jsonb,
+    headers     jsonb DEFAULT NULL,
+    message_id  uuid  DEFAULT NULL,
+    scope       text  DEFAULT '')
+RETURNS uuid
+AS 'MODULE_PATHNAME', 'idem_outbox_enqueue'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.idem_outbox_enqueue(text, jsonb, jsonb, uuid, text) IS
+'put a message into the outbox in the caller''s transaction; returns its ID (a new random UUID unless message_id is given)';
+
+CREATE FUNCTION @extschema@.idem_outbox_claim(
+    batch_size integer  DEFAULT 100,
+    lease      interval DEFAULT '1 minute')
+RETURNS TABLE (message_id  uuid,
+               scope       text,
+               destination text,
+               payload     jsonb,
+               headers     jsonb,
+               attempts    integer,
+               fence       bigint,
+               created_at  timestamptz)
+AS 'MODULE_PATHNAME', 'idem_outbox_claim'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.idem_outbox_claim(integer, interval) IS
+'relay: claim up to batch_size pending messages for lease under one new fence, skipping those another session has locked';
+
+CREATE FUNCTION @extschema@.idem_outbox_mark_sent(
+    message_ids uuid[],
+    fence       bigint)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'idem_outbox_mark_sent'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.idem_outbox_mark_sent(uuid[], bigint) IS
+'relay: mark claimed messages sent after the broker confirmed them; refused (IK003) unless every one is still held under fence';
+
+CREATE FUNCTION @extschema@.idem_outbox_mark_failed(
+    message_id   uuid,
+    fence        bigint,
+    error        text,
+    retry_after  interval DEFAULT '10 seconds',
+    max_attempts integer  DEFAULT 10)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_outbox_mark_failed'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.idem_outbox_mark_failed(uuid, bigint, text, interval, integer) IS
+'relay: a claimed message could not be published; it is retried after retry_after, or given up (dead) after max_attempts claims; returns the new status';
+
+CREATE FUNCTION @extschema@.idem_outbox_requeue(message_id uuid)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_outbox_requeue'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.idem_outbox_requeue(uuid) IS
+'operator: make a dead message pending again with its attempts reset; true when one was';
+
+-- the relay's and the operator's functions: granted to the roles that
+-- run them, never to PUBLIC (a relay works on every scope)
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_claim(integer, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_mark_sent(uuid[], bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_mark_failed(uuid, bigint, text, interval, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_requeue(uuid) FROM PUBLIC;
+
+CREATE VIEW @extschema@.idem_outbox_dead WITH (security_invoker = true) AS
+SELECT message_id, scope, destination, attempts, last_error, created_at
+  FROM ONLY @extschema@.idempotency_outbox
+ WHERE status OPERATOR(pg_catalog.=) 'dead'
+ ORDER BY created_at, message_id;
+COMMENT ON VIEW @extschema@.idem_outbox_dead IS
+'messages given up after max_attempts failed publishes, oldest first (idem_outbox_requeue sends one again); runs with the caller''s privileges';
+
+-- Relay lag from the table itself: counts without message contents, as
+-- idempotency_stats, but per database and transactional.  It counts rows,
+-- so it is for monitoring at scrape intervals, not for every request.
+CREATE VIEW @extschema@.idem_outbox_stats AS
+SELECT pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'pending') AS pending,
+       pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'pending'
+                                     AND o.locked_until OPERATOR(pg_catalog.>) n.now) AS leased,
+       pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'pending'
+                                     AND o.attempts OPERATOR(pg_catalog.>) 0) AS retried,
+       pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'sent') AS sent,
+       pg_catalog.count(*) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'dead') AS dead,
+       n.now OPERATOR(pg_catalog.-)
+           pg_catalog.min(o.created_at) FILTER (WHERE o.status OPERATOR(pg_catalog.=) 'pending') AS lag
+  FROM (SELECT pg_catalog.clock_timestamp() AS now) AS n
+  LEFT JOIN ONLY @extschema@.idempotency_outbox AS o ON true
+ GROUP BY n.now;
+COMMENT ON VIEW @extschema@.idem_outbox_stats IS
+'outbox counts of this database: pending, leased (claimed, lease live), retried (pending after a claim), sent (kept until their retention), dead, and lag (age of the oldest pending message; NULL when none); readable by the roles granted SELECT';
+REVOKE ALL ON @extschema@.idem_outbox_stats FROM PUBLIC;
