@@ -5,13 +5,15 @@
 # UTC, the last half minute of February 28 and 29 of a leap year, the last
 # 15 seconds of a year, and half a minute before each daylight saving
 # change of 2025 in Europe/Berlin and America/New_York, with the sessions
-# and the server in that zone.  The clock starts at the instant and runs on at the
-# real rate, so midnight or the change passes while the suites run.
+# and the server in that zone.  The clock starts at the instant and runs
+# on at the real rate, so midnight or the change passes while the suites
+# run.
 #
 # One cluster, restarted for each instant (in time order, so its clock
-# never goes back) with libfaketime preloaded into the server only; pg_regress
-# and the isolation tester run on the real clock.  A server whose now() is
-# not the instant fails the instant.  The zone reaches the sessions through
+# never goes back) with libfaketime preloaded into the server only;
+# pg_regress and the isolation tester run on the real clock.  A server
+# with a process whose clock is not the instant's fails the instant
+# (test/clock/real_waits.c says why one might).  The zone reaches the sessions through
 # pg_regress --launcher (pg_regress sets PGTZ itself, and libpq's PGTZ
 # overrides the server's and the database's TimeZone), and is checked in a
 # session started the same way.
