@@ -70,6 +70,12 @@ test:
 	$(SERVER_ENV) bash scripts/test.sh
 demo:
 	$(SERVER_ENV) bash scripts/demo.sh
+# pg_regress and the isolation specs on a server whose clock libfaketime
+# sets to midnights, leap days, a year's last second and daylight saving
+# changes (scripts/test_clock.sh); make test runs it too
+.PHONY: test-clock
+test-clock:
+	$(SERVER_ENV) bash scripts/test_clock.sh
 # make test, then installcheck on a plain server, under a CPU hog
 # (stress-ng); IDEM_LOAD_TEST_RUNS / IDEM_LOAD_INSTALLCHECK_RUNS repeat them
 .PHONY: test-under-load

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # make test: build, install, start a throwaway PostgreSQL cluster, run
 # pg_regress, the isolation specs (with the direct path, then with planned
-# SQL only), the HTTP example, the Java library, the exporter queries in
-# postgres_exporter, META.json and the PGXN archive, the pgTAP and TAP
-# suites, interrupted runs, the client packages (the Node.js outbox against
-# a private RabbitMQ), and last the Debian package (built, installed,
-# tested, removed); stop the cluster.
+# SQL only), both again at adversarial instants of the clock
+# (scripts/test_clock.sh), the HTTP example, the Java library, the
+# exporter queries in postgres_exporter, META.json and the PGXN archive,
+# the pgTAP and TAP suites, interrupted runs, the client packages (the
+# Node.js outbox against a private RabbitMQ), and last the Debian package
+# (built, installed, tested, removed); stop the cluster.
 # Ends with "N passed, N failed"; exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/cluster.sh
 . scripts/rabbitmq.sh
 
-ensure_packages "${IDEM_PACKAGES[@]}" pgbouncer python3-psycopg python3-psycopg-pool \
+ensure_packages "${IDEM_PACKAGES[@]}" libfaketime pgbouncer python3-psycopg python3-psycopg-pool \
     prometheus-postgres-exporter prometheus "${JAVA_PACKAGES[@]}" || exit 1
 # IDEM_TEST_HOLD=FILE (scripts/interrupt_check.sh, inside make test, which
 # has built and installed): start the servers, write FILE, wait for a signal
@@ -360,6 +361,21 @@ run_python_client_suite() {
 }
 # --- end of client packages -----------------------------------------------
 
+# pg_regress and the isolation specs on a cluster of their own whose clock
+# libfaketime sets to half past midnight, the last half minute of a day,
+# of February 28 and 29 of a leap year and of a year, and daylight saving
+# changes in the sessions' zone (scripts/test_clock.sh, on a lock file of
+# its own: this run holds the real one)
+run_clock_suite() {
+    local ok bad
+    say "the clock: pg_regress and the isolation specs at adversarial instants (libfaketime)"
+    IDEM_INSTALL_LOCK=$IDEM_LOCK.clock bash scripts/test_clock.sh --installed 2>&1 | tee "$log"
+    ok=$(grep -cE '^ok [0-9]+ ' "$log")
+    bad=$(grep -cE '^not ok [0-9]+ ' "$log")
+    grep -qE '^[0-9]+ passed, [0-9]+ failed$' "$log" || bad=$((bad + 1))
+    passed=$((passed + ok)); failed=$((failed + bad))
+}
+
 # An interrupted run (SIGINT, SIGTERM, timeout -k 5, SIGKILL) leaves the
 # install lock free and its servers stopped, or stopped by the next run,
 # which starts at once (scripts/interrupt_check.sh: runs of this script
@@ -403,6 +419,7 @@ run_regress_suite "isolation specs" isolationcheck output_iso/regression.diffs
 # heap/index path must answer exactly as the SQL it stands in for
 PGOPTIONS="-c idempotency.direct_access=off" \
     run_regress_suite "isolation specs, idempotency.direct_access = off" isolationcheck output_iso/regression.diffs
+run_clock_suite
 run_http_suite
 run_java_suite
 run_exporter_suite

@@ -183,8 +183,11 @@ SELECT outcome, result, fence FROM idem_claim('late-lease', lease => '1 hour');
 SELECT pg_temp.kept_until(idempotent_record) - updated_at AS kept_for FROM idempotent_record WHERE key = 'late-lease';
 SELECT outcome FROM idem_claim('late-unknown', lease => '1 hour', ttl => '1 minute');
 SELECT idem_mark_unknown('late-unknown', '{"timeout": true}', fence => 1);
-UPDATE idempotent_record SET created_at = created_at - interval '1 day',
-                             expires_at = expires_at - interval '1 day'
+-- (a day back in hours: across a daylight saving change of the session's
+-- zone a calendar day lasts 23 or 25 hours, and a claim made just before
+-- it and expiring just after would have its ttl cut by an hour)
+UPDATE idempotent_record SET created_at = created_at - interval '24 hours',
+                             expires_at = expires_at - interval '24 hours'
  WHERE key = 'late-unknown';
 SELECT outcome, status FROM idem_claim('late-unknown', lease => '1 hour');
 SELECT idem_finish('late-unknown', '{"charge": "ch_9"}', fence => 1);

@@ -16,10 +16,14 @@ SELECT d.classid, d.objid, pg_describe_object(d.classid, d.objid, 0) AS object
                       AND (t.typcategory = 'A' OR c.relkind IN ('r', 'v', 'p', 'f', 'm')));
 SELECT object FROM members ORDER BY 1;
 SELECT enum_range(NULL::idem_status) AS idem_status_labels;
+-- (the expiry index's origin shows in the session's TimeZone: UTC here,
+-- whichever zone the session has)
+SET TimeZone = 'UTC';
 \d idem_claim_result
 \d idempotent_record
 \d idempotency_token
 \d idempotency_outbox
+RESET TimeZone;
 
 -- arguments and defaults of every function and procedure
 SELECT p.proname AS function, pg_get_function_arguments(p.oid) AS arguments

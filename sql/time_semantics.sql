@@ -11,12 +11,16 @@ TRUNCATE idempotent_record, idempotency_token;
 -------------------------------------------------------------------------------
 -- A daylight saving change within the next day of the session's TimeZone
 -------------------------------------------------------------------------------
--- a POSIX zone (UTC+0 in winter) whose summer time starts at the coming
--- midnight (zero-based day of the year, leap days counted) and ends two
--- days later: a calendar day from now lasts 23 hours there
-SELECT format('TST0TDT,%s/0,%s/0',
-              extract(doy FROM d + 1)::int - 1, extract(doy FROM d + 3)::int - 1) AS zone
-  FROM (SELECT (now() AT TIME ZONE 'UTC')::date AS d) AS today \gset
+-- a POSIX zone (UTC+0 in winter) whose summer time starts at the full
+-- hour 11 to 12 hours from now (day of the year, zero-based with leap days
+-- counted, and hour) and ends two days later: a calendar day from now
+-- lasts 23 hours there, whatever the date and the time of day.  (Not at a
+-- calendar midnight: in the hour after one, now + 1 day would fall in the
+-- hour the change skips, which counts as winter time, and last 24 hours.)
+SELECT format('TST0TDT,%s/%s,%s/%s',
+              extract(doy FROM t)::int - 1, extract(hour FROM t),
+              extract(doy FROM t + interval '2 days')::int - 1, extract(hour FROM t)) AS zone
+  FROM (SELECT date_trunc('hour', now() AT TIME ZONE 'UTC') + interval '12 hours' AS t) AS change \gset
 SET TimeZone = :'zone';
 SELECT now() + interval '1 day' - now() AS calendar_day_here;
 

@@ -821,11 +821,14 @@ sub op_sql
 	return "UPDATE idempotent_record SET locked_until = clock_timestamp() - interval '1 minute' WHERE $where AND locked_until IS NOT NULL"
 	  if $k eq 'expire_lease';
 	# (a record expired so and not written since, expires_at = updated_at,
-	# stays as it is: the model's order of purge is that of the last writes)
+	# stays as it is: the model's order of purge is that of the last writes;
+	# hours, not days: a day in the session's TimeZone can last 23 or 25
+	# hours, and its retention, updated_at + (expires_at - created_at),
+	# would end an hour after the last write)
 	return "UPDATE idempotent_record SET"
-	  . " created_at = CASE WHEN expires_at = updated_at THEN created_at ELSE updated_at - interval '2 days' END,"
-	  . " expires_at = CASE WHEN expires_at = updated_at THEN expires_at ELSE updated_at - interval '1 day' END,"
-	  . " updated_at = CASE WHEN expires_at = updated_at THEN updated_at ELSE updated_at - interval '1 day' END"
+	  . " created_at = CASE WHEN expires_at = updated_at THEN created_at ELSE updated_at - interval '48 hours' END,"
+	  . " expires_at = CASE WHEN expires_at = updated_at THEN expires_at ELSE updated_at - interval '24 hours' END,"
+	  . " updated_at = CASE WHEN expires_at = updated_at THEN updated_at ELSE updated_at - interval '24 hours' END"
 	  . " WHERE $where"
 	  if $k eq 'expire_record';
 	my $w = $op->{wrap};

@@ -134,9 +134,11 @@ is(sql('SELECT idem_purge(1000)'), '0', 'lease and retention: purge does not rem
 is(sql("SELECT outcome || ' ' || fence FROM idem_claim('k8b', lease => '1 minute')"), 'claimed 2',
 	'lease and retention are independent: after the lease B claims it (fence 2)');
 sql("SELECT idem_finish('k8b', '{\"by\": \"B\"}', fence => 2)");
-# a day later: every time of the record a day (and a minute) back
-sql("UPDATE idempotent_record SET created_at = created_at - interval '1 day 1 minute',"
-	. " updated_at = updated_at - interval '1 day 1 minute', expires_at = expires_at - interval '1 day 1 minute'"
+# a day later: every time of the record a day (and a minute) back, in
+# hours (a calendar day of the session's TimeZone can last 23 hours: the
+# record would then be kept an hour longer)
+sql("UPDATE idempotent_record SET created_at = created_at - interval '24 hours 1 minute',"
+	. " updated_at = updated_at - interval '24 hours 1 minute', expires_at = expires_at - interval '24 hours 1 minute'"
 	. " WHERE key = 'k8b'");
 is(sql("SELECT count(*) FROM idem_lookup('k8b')"), '0', 'lease and retention: a day later the record counts as gone');
 is(sql("SELECT idem_purge(1000) >= 1"), 't', 'lease and retention: ... and purge removes it');
