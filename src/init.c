@@ -13,6 +13,7 @@
 
 #include "citus.h"
 #include "idempotency.h"
+#include "key_limit.h"
 #include "outcome_wait.h"
 #include "record_store.h"
 #include "stats.h"
@@ -22,6 +23,10 @@ PG_MODULE_MAGIC;
 
 int			idem_default_ttl = 86400;
 int			idem_max_key_length = 255;
+
+/* README's settings table gives the maximum for 8 kB pages */
+StaticAssertDecl(BLCKSZ != 8192 || IDEM_MAX_KEY_BYTES == 1342,
+				 "the largest idempotency.max_key_length on 8 kB pages is 1342 bytes");
 bool		idem_direct_access = true;
 int			idem_retry_after = 1000;
 
@@ -43,10 +48,10 @@ _PG_init(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("idempotency.max_key_length",
-							"Sets the maximum length of an idempotency key or scope, in characters.",
-							NULL,
+							"Sets the maximum length of an idempotency key or scope, in bytes.",
+							"A key and a scope of the maximum each always fit in the primary key's index entry.",
 							&idem_max_key_length,
-							255, 1, 1024,
+							255, 1, IDEM_MAX_KEY_BYTES,
 							PGC_USERSET,
 							0,
 							NULL, NULL, NULL);
