@@ -9,6 +9,7 @@
 #include <limits.h>
 
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/guc.h"
 
 #include "citus.h"
@@ -73,6 +74,17 @@ _PG_init(void)
 							PGC_USERSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	/* a server start setting: it exists where the library is preloaded */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("idempotency.stats_databases",
+								"Sets the number of databases the idempotency counters are kept for.",
+								"A database takes one at its first counted call or read of idempotency_stats, and keeps it until the server stops or the database is dropped; calls in a database that finds none are not counted, and its idempotency_stats raises an error.",
+								&idem_stats_databases,
+								64, 1, 10000,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("idempotency");
 
