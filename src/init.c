@@ -24,12 +24,12 @@ PG_MODULE_MAGIC;
 
 int			idem_default_ttl = 86400;
 int			idem_max_key_length = 255;
+bool		idem_direct_access = true;
+int			idem_retry_after = 1000;
 
 /* README's settings table gives the maximum for 8 kB pages */
 StaticAssertDecl(BLCKSZ != 8192 || IDEM_MAX_KEY_BYTES == 1342,
 				 "the largest idempotency.max_key_length on 8 kB pages is 1342 bytes");
-bool		idem_direct_access = true;
-int			idem_retry_after = 1000;
 
 void		_PG_init(void);
 

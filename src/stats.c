@@ -7,8 +7,8 @@
  *
  * A database takes a slot of the block (idempotency.stats_databases of
  * them, fixed at server start) at its first count or read of the view, and
- * keeps it until the server stops; a dropped database's slot is taken over
- * by a database that finds none free.  A database that finds none, free or
+ * keeps it while the server runs; a dropped database's slot is taken over,
+ * zeroed, by a database that finds none free.  A database that finds none, free or
  * dropped, is not counted, and its view raises 55000: never the counts of
  * another database, whose claims, keys' traffic and tenants are not its
  * business.  The view reads the current database's slot only.
@@ -79,7 +79,7 @@ static IdemSharedStats *idem_shared_stats = NULL;
 /* This backend's slot, once its database has one (kept for life) */
 static IdemDatabaseStats *my_slot = NULL;
 
-/* Zero slot's counters and set its reset time (while no one counts in it) */
+/* Zero slot's counters one by one (a call counted meanwhile may survive) */
 static void
 slot_zero(IdemDatabaseStats *slot, TimestampTz now)
 {
