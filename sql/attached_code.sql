@@ -1,8 +1,8 @@
 -- Code another role could have attached to the extension's tables never
 -- runs as their owner.  Every table privilege (TRIGGER and REFERENCES
 -- too) keeps a role in invoker mode (delegation_modes.sql), and delegated
--- mode refuses (55000) while a table carries any trigger but the
--- extension's own and Citus's (a foreign key's check of the table's own
+-- mode refuses (55000) while a table carries any trigger but those the
+-- extension and Citus made (a foreign key's check of the table's own
 -- rows aside), or while a foreign key references the table: a privilege
 -- can be revoked after the trigger or key was made.  Purge refuses such a
 -- foreign key in every mode.  attached_code_indirect.sql has the code
@@ -138,6 +138,71 @@ RESET ROLE;
 DROP TRIGGER t ON idempotent_record;
 -- the refused calls wrote nothing
 SELECT scope, key, status FROM idempotent_record ORDER BY scope, key;
+
+-------------------------------------------------------------------------------
+-- The extension's own trigger functions are no pass: delegated mode trusts
+-- the triggers the extension made (idem_scope_grant_changed on
+-- idem_scope_grant: that table, that name, that definition), not every
+-- trigger that calls a function of the extension.  A role that held
+-- TRIGGER attached idem_version_guard('fence'): run as the owner, each
+-- delegated write bumped the fence, and the worker's outcome met IK003.
+-------------------------------------------------------------------------------
+SET ROLE regress_ac_app;
+SELECT outcome, fence FROM idem_claim('v1', scope => 'acct_a', lease => '1 minute');
+RESET ROLE;
+GRANT TRIGGER ON idempotent_record TO regress_ac_trig;
+SET ROLE regress_ac_trig;
+CREATE TRIGGER fence_bump BEFORE UPDATE ON idempotent_record
+    FOR EACH ROW EXECUTE FUNCTION idem_version_guard('fence');
+RESET ROLE;
+REVOKE TRIGGER ON idempotent_record FROM regress_ac_trig;
+-- the worker's checkpoint and outcome are refused, naming the trigger
+SET ROLE regress_ac_app;
+SELECT idem_checkpoint('v1', 'phase 1', scope => 'acct_a', fence => 1);
+SELECT idem_finish('v1', '{"paid": true}', scope => 'acct_a', fence => 1);
+RESET ROLE;
+-- and the fence never moved: once the trigger is gone, the outcome lands
+SELECT status, fence, recovery_point FROM idempotent_record WHERE scope = 'acct_a' AND key = 'v1';
+DROP TRIGGER fence_bump ON idempotent_record;
+SET ROLE regress_ac_app;
+SELECT idem_finish('v1', '{"paid": true}', scope => 'acct_a', fence => 1);
+RESET ROLE;
+SELECT status, fence, result FROM idempotent_record WHERE scope = 'acct_a' AND key = 'v1';
+
+-- each attached by someone (here the superuser), met by a delegated write
+-- of a leased claim or, on idem_scope_grant, a lookup (which reads the grants)
+SET ROLE regress_ac_app;
+SELECT outcome, fence FROM idem_claim('v2', scope => 'acct_a', lease => '1 minute');
+RESET ROLE;
+\set finish '$$SELECT idem_finish(''v2'', ''{}'', scope => ''acct_a'', fence => 1)$$'
+\set checkpoint '$$SELECT idem_checkpoint(''v2'', ''p'', scope => ''acct_a'', fence => 1)$$'
+\set grants_changed 'AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON idem_scope_grant FOR EACH STATEMENT EXECUTE FUNCTION idem_scope_grants_changed'
+SELECT attached, pg_temp.attached(ddl, call) AS answer FROM (VALUES
+  ('idem_version_guard(''fence''), met by a finish', :finish,
+   $$CREATE TRIGGER fence_bump BEFORE UPDATE ON idempotent_record FOR EACH ROW EXECUTE FUNCTION idem_version_guard('fence')$$),
+  ('idem_transition_guard on status', :finish,
+   $$CREATE TRIGGER status_guard BEFORE UPDATE ON idempotent_record FOR EACH ROW EXECUTE FUNCTION idem_transition_guard('status', 'in_progress>failed')$$),
+  ('idem_transition_guard, met by a checkpoint', :checkpoint,
+   $$CREATE TRIGGER status_guard AFTER INSERT OR UPDATE ON idempotent_record FOR EACH ROW EXECUTE FUNCTION idem_transition_guard('status', '>in_progress')$$),
+  ('the extension''s trigger copied under another name', :lookup,
+   'CREATE TRIGGER grants_copy ' || :'grants_changed' || '()'),
+  ('the extension''s trigger copied to idempotent_record', :finish,
+   $$CREATE TRIGGER idem_scope_grant_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON idempotent_record FOR EACH STATEMENT EXECUTE FUNCTION idem_scope_grants_changed()$$),
+  ('its name with other arguments (the original dropped)', :lookup,
+   'DROP TRIGGER idem_scope_grant_changed ON idem_scope_grant; CREATE TRIGGER idem_scope_grant_changed ' || :'grants_changed' || '(''x'')'),
+  ('its name, a row trigger (the original dropped)', :lookup,
+   $$DROP TRIGGER idem_scope_grant_changed ON idem_scope_grant; CREATE TRIGGER idem_scope_grant_changed AFTER INSERT ON idem_scope_grant FOR EACH ROW EXECUTE FUNCTION idem_scope_grants_changed()$$),
+  ('its name and definition with a WHEN clause (the original dropped)', :lookup,
+   'DROP TRIGGER idem_scope_grant_changed ON idem_scope_grant; CREATE TRIGGER idem_scope_grant_changed AFTER INSERT OR UPDATE OR DELETE ON idem_scope_grant FOR EACH STATEMENT WHEN (regress_ac_pick(''x'')) EXECUTE FUNCTION idem_scope_grants_changed()'),
+  -- the extension's own, as its script made it (ENABLE ALWAYS), and
+  -- disabled: trusted
+  ('the extension''s own trigger', :lookup, 'SELECT 1'),
+  ('the extension''s own trigger, disabled by the owner', :lookup,
+   'ALTER TABLE idem_scope_grant DISABLE TRIGGER idem_scope_grant_changed')
+) AS v(attached, call, ddl);
+-- nothing was written: v2 is held with fence 1
+SELECT status, fence, recovery_point FROM idempotent_record WHERE scope = 'acct_a' AND key = 'v2';
+DELETE FROM idempotent_record WHERE key IN ('v1', 'v2');
 
 -------------------------------------------------------------------------------
 -- A foreign key that references a table stops purge in every mode (here

@@ -5,7 +5,7 @@
 -- through the caller's session, whose search_path and temporary tables
 -- decide what a trigger function written by the owner (no pinned
 -- search_path) resolves its names to.  Delegated mode runs no trigger but
--- the extension's own and Citus's, so each is refused (55000).  The
+-- those the extension and Citus made, so each is refused (55000).  The
 -- attacker's payload says so with a NOTICE whenever it runs as another
 -- role: no NOTICE may appear below.
 \set VERBOSITY terse

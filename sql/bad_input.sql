@@ -82,8 +82,8 @@ CALL idem_purge_all(NULL);
 
 -------------------------------------------------------------------------------
 -- Keys and scopes: empty, long, odd bytes.  The limit is
--- idempotency.max_key_length characters (255), not bytes; the key is kept
--- exactly as sent.
+-- idempotency.max_key_length bytes (255), in the database's encoding,
+-- whatever the characters; the key is kept exactly as sent.
 -------------------------------------------------------------------------------
 SHOW idempotency.max_key_length;
 -- claim: the outcome, then whether the record holds the key byte for byte
@@ -108,11 +108,11 @@ SELECT label, octet_length(k) AS bytes, char_length(k) AS chars,
  (13, 'SQL in a key', 'k''); DROP TABLE idempotent_record; --'),
  (14, '255 ASCII (255 bytes)', repeat('k', 255)),
  (15, '256 ASCII (256 bytes)', repeat('k', 256)),
- (16, '255 two-byte chars (510 bytes)', repeat('é', 255)),
- (17, '256 two-byte chars', repeat('é', 256)),
- (18, '255 emoji (1020 bytes)', repeat('🔑', 255)),
- (19, '256 emoji', repeat('🔑', 256)),
- (20, '128 two-byte chars (256 bytes)', repeat('é', 128))
+ (16, '127 two-byte chars and 1 ASCII (255 bytes)', repeat('é', 127) || 'k'),
+ (17, '128 two-byte chars (256 bytes)', repeat('é', 128)),
+ (18, '63 emoji and 3 ASCII (255 bytes)', repeat('🔑', 63) || 'kkk'),
+ (19, '64 emoji (256 bytes)', repeat('🔑', 64)),
+ (20, '85 three-byte chars (255 bytes)', repeat('€', 85))
 ) AS v(ord, label, k) ORDER BY ord;
 -- ... also for the functions that name a key without claiming it
 SELECT fn, pg_temp.try(sql) AS answer FROM (VALUES
@@ -156,13 +156,69 @@ SELECT pg_temp.try($$SELECT outcome FROM idem_claim('12345678')$$) AS key_of_8,
        pg_temp.try($$SELECT outcome FROM idem_claim('123456789')$$) AS key_of_9,
        pg_temp.try($$SELECT outcome FROM idem_claim('k', scope => 'éééééééé9')$$) AS scope_of_9;
 RESET idempotency.max_key_length;
--- the B-tree bounds (scope, key) to about 2700 bytes: a 1000-character key
--- of 3-byte characters that do not compress fails with 54000 once the
--- setting allows it
-SET idempotency.max_key_length = 1024;
-SELECT pg_temp.try($$SELECT outcome FROM idem_claim(
-         (SELECT string_agg(chr(19968 + (i * 7919) % 20000), '') FROM generate_series(1, 1000) i))$$) AS long_multibyte_key;
-SELECT pg_temp.try($$SELECT outcome FROM idem_claim(repeat('k', 1024))$$) AS key_of_1024_ascii;
+-- The primary key's B-tree holds an entry of (scope, key) of up to 2704
+-- bytes (8 kB pages), and a value that does not compress is stored as it
+-- is.  The setting's maximum, 1342 bytes, lets the worst case in: a key
+-- and a scope of 1342 bytes each, of 3-byte characters in no pattern
+-- (which do not compress), are claimed, indexed and replayed; one byte
+-- more is refused with 22023 before anything is written.  (Up to 1.2 the
+-- limit was 1024 characters, and such a key failed in the index: 54000.)
+CREATE FUNCTION pg_temp.incompressible(bytes int, seed int) RETURNS text LANGUAGE sql AS $$
+    SELECT repeat('x', bytes % 3) || string_agg(chr(19968 + (i * 7919 + seed) % 20000), '' ORDER BY i)
+      FROM generate_series(1, bytes / 3) AS i $$;
+-- at the setting's maximum, 1,024 three-byte characters (3,072 bytes) as a
+-- key or a token's scope are refused (up to 1.2: 54000 from the index)
+SELECT set_config('idempotency.max_key_length', max_val, false) AS max_key_length
+  FROM pg_settings WHERE name = 'idempotency.max_key_length';
+SELECT pg_temp.try(format('SELECT outcome FROM idem_claim(%L)', pg_temp.incompressible(3072, 0))) AS key_3072_bytes,
+       pg_temp.try(format('SELECT idem_token_issue(%L)', pg_temp.incompressible(3072, 0))) AS token_scope_3072_bytes;
+SELECT pg_temp.incompressible(1342, 0) AS key_1342, pg_temp.incompressible(1342, 1) AS scope_1342,
+       pg_temp.incompressible(1343, 2) AS value_1343 \gset
+SELECT octet_length(:'key_1342') AS key_bytes, octet_length(:'scope_1342') AS scope_bytes,
+       octet_length(:'value_1343') AS over_bytes, char_length(:'key_1342') AS key_chars;
+BEGIN;
+SELECT outcome FROM idem_claim(:'key_1342', scope => :'scope_1342');
+SELECT idem_finish(:'key_1342', '{"fits": true}', scope => :'scope_1342');
+COMMIT;
+SELECT outcome, result FROM idem_claim(:'key_1342', scope => :'scope_1342');
+-- the entry is in the primary key
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+SET plan_cache_mode = force_generic_plan;
+PREPARE by_primary_key(text, text) AS
+    SELECT octet_length(scope) AS scope_bytes, octet_length(key) AS key_bytes
+      FROM idempotent_record WHERE scope = $1 AND key = $2;
+EXPLAIN (COSTS OFF) EXECUTE by_primary_key(:'scope_1342', :'key_1342');
+EXECUTE by_primary_key(:'scope_1342', :'key_1342');
+DEALLOCATE by_primary_key;
+RESET plan_cache_mode;
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+-- ... and for a role without privileges, through a scope grant of that
+-- scope (idem_scope_grant's primary key holds it, beside the role's name)
+CREATE ROLE regress_bi_app;
+INSERT INTO idem_scope_grant VALUES ('regress_bi_app', :'scope_1342');
+SET ROLE regress_bi_app;
+SELECT outcome, result FROM idem_claim(:'key_1342', scope => :'scope_1342');
+SELECT length(idem_token_issue(:'scope_1342')) AS token_length;
+RESET ROLE;
+DELETE FROM idem_scope_grant;
+DROP ROLE regress_bi_app;
+-- one byte over, as key or as scope, for every function that takes them
+SELECT fn, pg_temp.try(format(sql, :'value_1343', :'key_1342')) AS answer FROM (VALUES
+ (1, 'idem_claim key', $$SELECT outcome FROM idem_claim(%L, scope => %L)$$),
+ (2, 'idem_claim scope', $$SELECT outcome FROM idem_claim(%2$L, scope => %1$L)$$),
+ (3, 'idem_once key', $$SELECT idem_once(%L, scope => %L)$$),
+ (4, 'idem_lookup scope', $$SELECT count(*) FROM idem_lookup(%2$L, scope => %1$L)$$),
+ (5, 'idem_finish key', $$SELECT idem_finish(%L, '{}', scope => %L, fence => 1)$$),
+ (6, 'idem_token_issue scope', $$SELECT idem_token_issue(%L)$$),
+ (7, 'idem_token_issue scope of 1342 bytes', $$SELECT length(idem_token_issue(%2$L))$$)
+) AS m(ord, fn, sql) ORDER BY ord;
+-- the limit is the index's: an entry 8 bytes longer, written directly,
+-- does not fit it
+INSERT INTO idempotent_record (scope, key, created_at, updated_at, expires_at)
+VALUES (:'scope_1342', pg_temp.incompressible(1350, 3), now(), now(), now() + interval '1 day');
+DELETE FROM idempotent_record WHERE scope = :'scope_1342';
 RESET idempotency.max_key_length;
 
 -------------------------------------------------------------------------------
@@ -209,7 +265,8 @@ SET idempotency.default_ttl = 0;
 SET idempotency.default_ttl = -1;
 \set VERBOSITY default
 SET idempotency.max_key_length = 0;
-SET idempotency.max_key_length = 1025;
+SET idempotency.max_key_length = 1343;
+SHOW idempotency.max_key_length;
 
 -------------------------------------------------------------------------------
 -- Wrong fences: IK003 for a live leased claim (stale, future, zero,

@@ -1,10 +1,14 @@
--- idempotency_stats: the cluster-wide counters count what the functions
--- answered (make test preloads the library; without it, see
--- test/t/003_stats_preload.pl).  Counters are cluster-wide: this suite
--- relies on nothing else running on the test cluster at the same time.
+-- idempotency_stats: the counters count what the functions answered in
+-- this database (make test preloads the library; without it, and for
+-- other databases, see test/t/003_stats_preload.pl).  This suite relies
+-- on nothing else running in its database at the same time.
 \set sqlstate '\\echo SQLSTATE :LAST_ERROR_SQLSTATE'
 \set counters 'SELECT claims, replays, in_progress, waits, fingerprint_mismatches AS mismatches, takeovers, failures FROM idempotency_stats'
 TRUNCATE idempotent_record, idempotency_token;
+
+-- the number of databases counted, fixed at server start
+SELECT name, boot_val, unit, min_val, max_val, context
+  FROM pg_settings WHERE name = 'idempotency.stats_databases';
 
 -- the view's shape
 SELECT attname, format_type(atttypid, atttypmod)
@@ -114,15 +118,25 @@ SELECT outcome FROM idem_claim(NULL);
 :sqlstate
 :counters;
 
--- the view is readable by everyone; the reset is not granted to PUBLIC
-CREATE ROLE regress_idem_monitor;
+-- the view is for members of pg_monitor (and superusers): any other role
+-- gets 42501, from the view and from the functions behind it; the reset is
+-- not granted to PUBLIC
+CREATE ROLE regress_idem_nobody;
+CREATE ROLE regress_idem_monitor IN ROLE pg_monitor;
+SET ROLE regress_idem_nobody;
+SELECT claims FROM idempotency_stats;
+:sqlstate
+SELECT claims FROM idem_stats();
+:sqlstate
+SELECT outcome_waits FROM idem_wait_stats();
+:sqlstate
 SET ROLE regress_idem_monitor;
 SELECT claims > 0 AS readable FROM idempotency_stats;
 SELECT idem_stats_reset();
 :sqlstate
 RESET ROLE;
 SELECT has_function_privilege('regress_idem_monitor', 'idem_stats_reset()', 'EXECUTE') AS may_reset;
-DROP ROLE regress_idem_monitor;
+DROP ROLE regress_idem_monitor, regress_idem_nobody;
 
 SELECT idem_stats_reset();
 :counters;

@@ -63,5 +63,8 @@ SELECT format('column %s.%s', a.attrelid::regclass, a.attname)
 SELECT extconfig::regclass[] AS dumped_tables, extcondition FROM pg_extension WHERE extname = 'idempotency';
 
 -- the settings, their defaults and ranges; each can be set per session
+-- (idempotency.stats_databases, which exists only when the library is
+-- preloaded, is in stats.sql)
 SELECT name, boot_val, unit, min_val, max_val, context
-  FROM pg_settings WHERE name LIKE 'idempotency.%' ORDER BY name;
+  FROM pg_settings WHERE name LIKE 'idempotency.%' AND name <> 'idempotency.stats_databases'
+ ORDER BY name;

@@ -104,7 +104,7 @@ RESET idempotency.max_key_length;
 SELECT idem_token_issue('form', '300000 years');
 :sqlstate
 SELECT count(*) - :tokens_before AS tokens_added_by_errors FROM idempotency_token;
--- a scope of exactly max_key_length characters is accepted
+-- a scope of exactly max_key_length bytes is accepted
 SET idempotency.max_key_length = 8;
 SELECT length(idem_token_issue('12345678')) AS scope_at_the_limit;
 RESET idempotency.max_key_length;

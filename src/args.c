@@ -10,12 +10,12 @@
 
 #include "access/xact.h"
 #include "common/int128.h"
-#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
 #include "args.h"
 #include "idempotency.h"
+#include "key_limit.h"
 
 /* Raise 22004 when argument argno of fn is NULL */
 void
@@ -46,27 +46,25 @@ idem_require_read_write(const char *fn)
 
 /*
  * 22023 when a key (is_scope false) or a scope is longer than
- * idempotency.max_key_length characters
+ * idempotency.max_key_length bytes: what the primary key's B-tree must
+ * hold is bytes, whatever the characters (init.c bounds the setting so
+ * that a key and a scope of that many bytes each always fit)
  */
 void
 idem_check_length(const char *value, bool is_scope)
 {
-	int			len;
+	size_t		len = strlen(value);
 
-	/* no more characters than bytes: most values need no count */
-	if (strlen(value) <= (size_t) idem_max_key_length)
-		return;
-	len = pg_mbstrlen(value);
-
-	if (len > idem_max_key_length)
+	if (len > (size_t) idem_max_key_length)
 		ereport(ERROR,
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				is_scope ?
 				errmsg("idempotency scope is too long") :
 				errmsg("idempotency key is too long"),
-				errdetail("It has %d characters; the limit is %d.",
+				errdetail("It has %zu bytes; the limit is %d bytes (idempotency.max_key_length).",
 						  len, idem_max_key_length),
-				errhint("Send a shorter value (a UUID is 36 characters), or raise idempotency.max_key_length."));
+				errhint("Send a shorter value (a UUID is 36 bytes), or raise idempotency.max_key_length (at most %d).",
+						IDEM_MAX_KEY_BYTES));
 }
 
 /*

@@ -31,7 +31,7 @@
 
 /* GUCs, defined in init.c */
 extern int	idem_default_ttl;	/* seconds */
-extern int	idem_max_key_length;	/* characters */
+extern int	idem_max_key_length;	/* bytes, at most IDEM_MAX_KEY_BYTES */
 extern bool idem_direct_access; /* record_direct.c may serve the store */
 extern int	idem_retry_after;	/* milliseconds */
 

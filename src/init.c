@@ -9,10 +9,12 @@
 #include <limits.h>
 
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/guc.h"
 
 #include "citus.h"
 #include "idempotency.h"
+#include "key_limit.h"
 #include "outcome_wait.h"
 #include "record_store.h"
 #include "stats.h"
@@ -24,6 +26,10 @@ int			idem_default_ttl = 86400;
 int			idem_max_key_length = 255;
 bool		idem_direct_access = true;
 int			idem_retry_after = 1000;
+
+/* README's settings table gives the maximum for 8 kB pages */
+StaticAssertDecl(BLCKSZ != 8192 || IDEM_MAX_KEY_BYTES == 1342,
+				 "the largest idempotency.max_key_length on 8 kB pages is 1342 bytes");
 
 void		_PG_init(void);
 
@@ -43,10 +49,10 @@ _PG_init(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("idempotency.max_key_length",
-							"Sets the maximum length of an idempotency key or scope, in characters.",
-							NULL,
+							"Sets the maximum length of an idempotency key or scope, in bytes.",
+							"A key and a scope of the maximum each always fit in the primary key's index entry.",
 							&idem_max_key_length,
-							255, 1, 1024,
+							255, 1, IDEM_MAX_KEY_BYTES,
 							PGC_USERSET,
 							0,
 							NULL, NULL, NULL);
@@ -68,6 +74,17 @@ _PG_init(void)
 							PGC_USERSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	/* a server start setting: it exists where the library is preloaded */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("idempotency.stats_databases",
+								"Sets the number of databases the idempotency counters are kept for.",
+								"A database takes one at its first counted call or read of idempotency_stats, and keeps it until the server stops or the database is dropped; calls in a database that finds none are not counted, and its idempotency_stats raises an error.",
+								&idem_stats_databases,
+								64, 1, 10000,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("idempotency");
 

@@ -1,6 +1,6 @@
 /*
  * stats.h
- *	  Cluster-wide counters (stats.c, the idempotency_stats view), in
+ *	  Counters per database (stats.c, the idempotency_stats view), in
  *	  shared memory when the library is in shared_preload_libraries;
  *	  without it idem_count is a no-op.  Keep the order in step with the
  *	  OUT columns of idem_stats() in the install script.
@@ -39,6 +39,8 @@ typedef enum IdemWaitKind
 	IDEM_WAIT_KEY,
 	IDEM_WAIT_OUTCOME
 } IdemWaitKind;
+
+extern int	idem_stats_databases;	/* slots of the shared counters */
 
 extern void idem_stats_init(void);
 extern void idem_count(IdemCounter c);

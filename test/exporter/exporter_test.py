@@ -13,7 +13,9 @@ whose least length the server decides, whatever the machine's speed:
 - a claim sleeping under wait_for_outcome, woken by an outcome recorded
   1.1 s after it was seen asleep.
 
-Asserts every metric of the queries file (exact counts), and each bucket
+The exporter connects as a role that only is a member of pg_monitor (the
+grant the README documents).  Asserts every metric of the queries file
+(exact counts, each labelled with the exporter's database), and each bucket
 of idempotency_wait_seconds: none of the three waits at or below 1 s, all
 three at or below 60 s (their bound, or woken long before it), the buckets
 in between equal to the view's and cumulative.  Prints "ok N - ..." /
@@ -90,7 +92,8 @@ def outcome(conn, sql, params=()):
 
 
 def scrape():
-    """{metric name with labels but server: value} of the idempotency metrics"""
+    """{metric name with labels but server and datname: value} of the
+    idempotency metrics, and the set of their datname labels"""
     for _ in range(300):
         try:
             with urllib.request.urlopen(METRICS_URL, timeout=30) as r:
@@ -100,14 +103,15 @@ def scrape():
             time.sleep(0.1)  # the exporter is still starting
     else:
         raise SystemExit("the exporter never answered on " + METRICS_URL)
-    metrics = {}
+    metrics, datnames = {}, set()
     for line in text.splitlines():
         m = re.match(r'^(idempotency_\w+)(?:\{(.*)\})? (\S+)$', line)
         if m:
-            labels = ",".join(l for l in (m.group(2) or "").split(",")
-                              if l and not l.startswith("server="))
+            labels = [l for l in (m.group(2) or "").split(",") if l and not l.startswith("server=")]
+            datnames |= {l for l in labels if l.startswith("datname=")}
+            labels = ",".join(l for l in labels if not l.startswith("datname="))
             metrics[m.group(1) + ("{" + labels + "}" if labels else "")] = float(m.group(3))
-    return metrics
+    return metrics, datnames
 
 
 ctl = connect("exporter_ctl")
@@ -189,7 +193,9 @@ expected = {
     "idempotency_rows_purged_total": 3,
     "idempotency_wait_seconds_count": 3,
 }
-metrics = scrape()
+metrics, datnames = scrape()
+check(datnames == {'datname="%s"' % outcome(ctl, "SELECT current_database()")},
+      "every metric is labelled with the exporter's database: " + " ".join(sorted(datnames)))
 covered = set(expected) | {"idempotency_stats_reset_seconds", "idempotency_wait_seconds_bucket",
                            "idempotency_wait_seconds_sum"}
 check({m.split("{")[0] for m in metrics} == covered,

@@ -2,7 +2,11 @@
 # without shared_preload_libraries the view, the reset and a waiting claim
 # raise 55000 with a hint (the claim before writing anything), and the
 # functions work without counting; with it, the counters count across
-# sessions and start from zero after a restart.
+# sessions, per database (a database's view never shows another's claims,
+# and its reset leaves the others'), for idempotency.stats_databases
+# databases at most (a database beyond them is not counted and its view
+# says so; a dropped database's counters go to the next one that needs
+# them), and start from zero after a restart.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -45,7 +49,7 @@ like($node->safe_psql('postgres', $claim), qr/^claimed$/m,
 $node->append_conf('postgresql.conf', "shared_preload_libraries = 'idempotency'");
 $node->restart;
 is( $node->safe_psql('postgres',
-		'SELECT claims, replays, stats_reset <= now() FROM idempotency_stats'),
+		'SELECT claims, replays, stats_reset <= clock_timestamp() FROM idempotency_stats'),
 	'0|0|t', 'preloaded: the counters start at zero');
 $node->safe_psql('postgres', $claim) for 1 .. 3;
 # four keys now: the one claimed before preloading and these three
@@ -55,9 +59,42 @@ is($node->safe_psql('postgres', 'SELECT claims, replays FROM idempotency_stats')
 
 $node->safe_psql('postgres', 'CREATE DATABASE other');
 $node->safe_psql('other', 'CREATE EXTENSION idempotency');
-$node->safe_psql('other', $claim);
-is($node->safe_psql('postgres', 'SELECT claims FROM idempotency_stats'),
-	'4', 'the counters are cluster-wide: a claim in another database counts');
+$node->safe_psql('other', $claim) for 1 .. 2;
+is($node->safe_psql('postgres', 'SELECT claims, replays FROM idempotency_stats'),
+	'3|4', 'claims in another database do not show in this database\'s view');
+is($node->safe_psql('other', 'SELECT claims, replays FROM idempotency_stats'),
+	'2|0', '... but in that database\'s, which shows none of this one\'s');
+$node->safe_psql('other', 'SELECT idem_stats_reset()');
+is($node->safe_psql('other', 'SELECT claims FROM idempotency_stats'),
+	'0', 'idem_stats_reset zeroes the current database\'s counters');
+is($node->safe_psql('postgres', 'SELECT claims, replays FROM idempotency_stats'),
+	'3|4', '... and leaves the other databases\'');
+
+# counters for idempotency.stats_databases databases: beyond them a
+# database is not counted and its view refuses (55000), never showing
+# another's; a dropped database's counters go to the next that needs them
+$node->append_conf('postgresql.conf', 'idempotency.stats_databases = 2');
+$node->restart;
+$node->safe_psql($_, $claim) foreach ('postgres', 'other');
+$node->safe_psql('postgres', 'CREATE DATABASE third');
+$node->safe_psql('third', 'CREATE EXTENSION idempotency');
+like($node->safe_psql('third', $claim), qr/^claimed$/m,
+	'a database beyond idempotency.stats_databases works');
+{
+	my ($rc, $out, $err) = $node->psql('third', "\\set VERBOSITY verbose\nSELECT claims FROM idempotency_stats");
+	isnt($rc, 0, '... its view fails');
+	like($err, qr/ERROR:  55000: idempotency counters are not available in database "third"/,
+		'... with 55000, naming the database');
+	like($err, qr/HINT:  Raise idempotency.stats_databases/, '... and a hint to raise the setting');
+}
+is(join(' ', map { $node->safe_psql($_, 'SELECT claims FROM idempotency_stats') } ('postgres', 'other')),
+	'1 1', '... and its claim shows in no other database\'s view');
+$node->safe_psql('postgres', 'DROP DATABASE other');
+is($node->safe_psql('third', 'SELECT claims FROM idempotency_stats'),
+	'0', 'a dropped database\'s counters go, zeroed, to a database that had none');
+$node->safe_psql('third', $claim);
+is(join(' ', map { $node->safe_psql($_, 'SELECT claims FROM idempotency_stats') } ('postgres', 'third')),
+	'1 1', '... which counts from then on');
 
 $node->restart;
 is($node->safe_psql('postgres', 'SELECT claims FROM idempotency_stats'),
