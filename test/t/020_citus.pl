@@ -935,10 +935,6 @@ SELECT count(*) > 0 FROM citus_lock_waits
  WHERE blocked_statement LIKE '%citus_move_shard_placement%'
    AND current_statement_in_blocking_process LIKE '%mv-cycle%'}),
 			'cycle: the move waits on worker 2 for the metadata lock the delegated claim holds');
-		diag "cycle, the move's lock on worker 2:\n" . $workers[1]->safe_psql('postgres', q{
-SELECT format('pid %s (%s) waits for %s [%s/%s/%s, class 8: co-located shards metadata], blocked by %s: %s', a.pid,
-              a.application_name, l.mode, l.classid, l.objid, l.objsubid, pg_blocking_pids(a.pid), left(a.query, 80))
-  FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid AND NOT l.granted WHERE l.locktype = 'advisory'});
 		diag "cycle, after the claim:\n" . $coordinator->safe_psql('postgres', q{
 SELECT format('%s on node %s waits for %s on node %s: %s / blocking: %s', waiting_gpid, waiting_nodeid, blocking_gpid,
               blocking_nodeid, left(blocked_statement, 80), left(current_statement_in_blocking_process, 120))
