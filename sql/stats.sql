@@ -141,3 +141,11 @@ DROP ROLE regress_idem_monitor, regress_idem_nobody;
 SELECT idem_stats_reset();
 :counters;
 TRUNCATE idempotent_record, idempotency_token;
+
+-- idempotency_cluster_stats() without Citus: this server's view, one node
+SELECT idem_once('cluster-stats');
+SELECT c.nodes, c.claims = s.claims AS claims_equal,
+       c.wait_seconds_bucket = s.wait_seconds_bucket AS buckets_equal,
+       c.stats_reset = s.stats_reset AS reset_equal
+  FROM idempotency_cluster_stats() c, idempotency_stats s;
+TRUNCATE idempotent_record;
