@@ -121,7 +121,7 @@ function capture(res, { finalize, onError, retry, limit, warn }) {
     const response = {
       status: res.statusCode,
       headers: res.getHeaders(),
-      body: size <= limit ? Buffer.concat(chunks, size) : Buffer.alloc(0),
+      body: size > limit ? Buffer.alloc(0) : chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size),
       tooLarge: size > limit,
     };
     chunks.length = 0;
