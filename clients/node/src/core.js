@@ -1,130 +1,50 @@
-// The framework-independent part: options, key checks, the claim (with its
-// polling of a duplicate in flight), the outcome (idem_finish with COMMIT,
-// or ROLLBACK / idem_fail), and the HTTP answers of the extension's SQLSTATEs.
-// The statements themselves are in statements.js; the requests of this
+// The framework-independent part: key checks, the claim (with its polling
+// of a duplicate in flight), the outcome (idem_finish with COMMIT, or
+// ROLLBACK / idem_fail), and requests abandoned before their outcome (the
+// session ended, the handler ran out of time). The statements are in
+// statements.js and travel through pipeline.js; the connections are held
+// through session.js; the answers are in answers.js; the requests of this
 // process in flight in flights.js.
-import { awaitFlight, flightOf, land, takeOff } from './flights.js';
-import { decodeStored, encodeStored, problem } from './response.js';
 import {
-  claimSql, fingerprintOf, finishSql, forgetPrepared, literal, markPrepared,
+  RETRYABLE, answerOf, answers, isUnavailable, ownCallAnswer,
+} from './answers.js';
+import { awaitFlight, flightOf, land, takeOff } from './flights.js';
+import { forgetStatements, pipeline } from './pipeline.js';
+import { decodeStored, replayOf } from './response.js';
+import {
+  checkout, guarded, onBroken, release,
+} from './session.js';
+import {
+  BEGIN, COMMIT, claimStep, fingerprintOf, finishStep,
 } from './statements.js';
 
-const DEFAULTS = {
-  scope: '',
-  required: true,
-  methods: ['POST', 'PATCH'],
-  storedHeaders: ['content-type', 'location'],
-  storeClientErrors: true,
-  ttl: null,
-  lease: null,
-  heartbeat: null,
-  waitFor: 0,
-  pollFrom: 25,
-  retries: 3,
-  maxKeyLength: 255,
-  prepare: false,
-};
+export { answerOf } from './answers.js';
+export { resolveOptions, routeOptions } from './options.js';
 
-// sf-string characters of the IETF draft: printable ASCII
-const KEY_CHARACTERS = /^[\x20-\x7e]+$/;
-const RETRYABLE = new Set(['40001', '40P01']);
-
-export function resolveOptions(options) {
-  const o = { ...DEFAULTS, ...options };
-  if (!o.pool || typeof o.pool.connect !== 'function') {
-    throw new TypeError('idempotency: the "pool" option must be a pg.Pool');
-  }
-  const scope = o.scope;
-  o.scopeOf = typeof scope === 'function' ? scope : () => scope;
-  o.methods = o.methods.map((m) => m.toUpperCase());
-  o.storedHeaders = o.storedHeaders.map((h) => h.toLowerCase());
-  if (o.lease != null && o.heartbeat == null) o.heartbeat = Math.floor(o.lease / 3);
-  return o;
-}
-
-// Merges per-route settings into resolved ones (the pool and defaults stay).
-export function routeOptions(resolved, overrides) {
-  if (!overrides || overrides === true) return resolved;
-  return resolveOptions({ ...resolved, ...overrides, scope: overrides.scope ?? resolved.scopeOf });
-}
+// sf-string characters of the IETF draft: printable ASCII; a comma is
+// refused too: two header lines arrive joined by one ("a, b")
+const KEY_CHARACTERS = /^[\x20-\x2b\x2d-\x7e]+$/;
 
 // -> a problem answer for a missing or malformed key, or null
 function checkKey(key, o) {
-  if (key === undefined || key === null) {
-    return o.required
-      ? problem(400, 'key-missing', 'Idempotency-Key header missing',
-        'This operation requires an Idempotency-Key header.')
-      : null;
-  }
+  if (key === undefined || key === null) return o.required ? answers.keyMissing() : null;
   if (key.length === 0 || key.length > o.maxKeyLength || !KEY_CHARACTERS.test(key)) {
-    return problem(400, 'key-invalid', 'Invalid Idempotency-Key',
-      `An Idempotency-Key is 1 to ${o.maxKeyLength} printable ASCII characters.`);
+    return answers.keyInvalid(`An Idempotency-Key is 1 to ${o.maxKeyLength} printable ASCII characters`
+      + ' other than a comma, sent on one header line.');
   }
   return null;
 }
 
-const interval = (ms) => `make_interval(secs => ${Number(ms) / 1000})`;
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-function releaseClient(client, err) {
-  if (client.query !== Object.getPrototypeOf(client).query) delete client.query;
-  // a connection that failed is not given back to the pool
-  client.release(err && !err.code ? err : undefined);
-}
+const hasSqlstate = (err) => Boolean(err) && err.severity !== undefined;
 
 async function rollback(client) {
   try {
     await client.query('ROLLBACK');
-    releaseClient(client);
+    release(client);
   } catch (err) {
-    releaseClient(client, err);
+    release(client, err);
   }
-}
-
-// The HTTP answer of an error the extension raised, or null (a bug or an
-// outage: the framework's error handling answers it).
-export function answerOf(err) {
-  switch (err && err.code) {
-    case 'IK001':
-      return problem(422, 'key-reused', 'Idempotency-Key reused',
-        'This Idempotency-Key was used with another request (method, path or body).');
-    case 'IK002': case 'IK003':
-      return problem(409, 'claim-lost', 'Idempotency-Key taken over',
-        'The claim of this request ended before its outcome was recorded; nothing was committed.',
-        { 'retry-after': '1' });
-    case '42501':
-      return problem(403, 'scope-forbidden', 'Idempotency scope not granted',
-        'The database role may not use this idempotency scope.');
-    case '25006':
-      return problem(503, 'read-only', 'Database read-only',
-        'The database is read-only (a standby or a read-only transaction); retry later.',
-        { 'retry-after': '1' });
-    case '40001': case '40P01':
-      return problem(503, 'retry', 'Transaction conflict',
-        'The transaction was rolled back by a serialization failure or deadlock; retry the request.',
-        { 'retry-after': '1' });
-    case '22023': case '22004': case '22008':
-      return problem(400, 'key-invalid', 'Invalid Idempotency-Key', err.message);
-    default:
-      return null;
-  }
-}
-
-function inProgress(retryAfterSeconds) {
-  return problem(409, 'in-progress', 'Request in progress',
-    'A request with this Idempotency-Key is still being processed; retry after the delay given.',
-    { 'retry-after': String(Math.max(1, Math.ceil(retryAfterSeconds))) });
-}
-
-// The prepared statements, once per connection, on their own: a claim
-// that fails must not leave the connection unsure whether it has them.
-async function prepare(client, setup) {
-  try {
-    await client.query(setup);
-  } catch (err) {
-    if (err.code !== '42P05') throw err; // already there
-  }
-  markPrepared(client);
 }
 
 // claim(o, request) with request = {key, scope, method, path, body}:
@@ -139,17 +59,17 @@ export async function claim(o, request) {
   if (o.lease == null) {
     const local = flightOf(o.pool, request, fingerprint);
     if (local && (local.claimed || o.waitFor > 0)) {
-      if (o.waitFor <= 0) return { answer: inProgress(1) };
-      const stored = await awaitFlight(local, deadline - Date.now());
-      if (stored === undefined) return { answer: inProgress(1) };
-      if (stored) return { answer: decodeStored(stored) };
+      if (o.waitFor <= 0) return { answer: answers.inProgress(1) };
+      const replay = await awaitFlight(local, deadline - Date.now());
+      if (replay === undefined) return { answer: answers.inProgress(1) };
+      if (replay) return { answer: replay };
       // nothing committed there: this request claims at the server
     }
     flight = takeOff(o.pool, request, fingerprint);
   }
   try {
     const claimed = await claimAtServer(o, request, fingerprint, deadline, flight);
-    if (flight && !claimed.state) land(flight, claimed.stored ?? null);
+    if (flight && !claimed.state) land(flight, claimed.replay ?? null);
     return claimed;
   } catch (err) {
     if (flight) land(flight, null);
@@ -160,83 +80,96 @@ export async function claim(o, request) {
 async function claimAtServer(o, request, fingerprint, deadline, flight) {
   let conflicts = 0;
   let polls = 0;
-  let reprepared = false;
+  let reparsed = false;
   const leased = o.lease != null;
+  const step = claimStep(o, { ...request, fingerprint });
   for (;;) {
-    const client = await o.pool.connect();
-    const { setup, sql } = claimSql(client, o, { ...request, fingerprint });
+    let client;
+    try {
+      client = await checkout(o.pool);
+    } catch (err) {
+      return { answer: ownCallAnswer(err) ?? answers.unavailable() };
+    }
     let row;
     try {
-      if (setup) await prepare(client, setup);
-      const results = await client.query(`${leased ? '' : 'BEGIN; '}${sql}`);
-      row = (Array.isArray(results) ? results[results.length - 1] : results).rows[0];
+      const results = await pipeline(client, leased ? [step] : [BEGIN, step]);
+      row = results[results.length - 1][0];
     } catch (err) {
-      if (leased || !err.code) releaseClient(client, err); else await rollback(client);
-      if (err.code === '26000' && !reprepared) {
-        reprepared = true;
-        forgetPrepared(client);
+      if (leased || !hasSqlstate(err) || isUnavailable(err)) release(client, err); else await rollback(client);
+      if (err.code === '26000' && !reparsed) {
+        reparsed = true;
+        forgetStatements(client);
         continue;
       }
       if (RETRYABLE.has(err.code) && conflicts++ < o.retries) continue;
-      const answer = answerOf(err);
+      const answer = ownCallAnswer(err);
       if (answer) return { answer };
       throw err;
     }
     if (row.outcome === 'claimed') {
-      if (leased) releaseClient(client);
+      if (leased) release(client);
       return {
         state: {
           o, key: request.key, scope: request.scope, fence: Number(row.fence),
-          recoveryPoint: row.recovery_point, client: leased ? null : client, lit: literal(client),
-          lastError: null, unknown: false, done: false, timer: null, attempt: 0, request,
+          recoveryPoint: row.recovery_point, client: leased ? null : client, handle: null,
+          lastError: null, unknown: false, done: false, timer: null, deadline: null, attempt: 0, request,
+          transactionEnded: false, abandoned: null, send: null,
           flight: flight && Object.assign(flight, { claimed: true }),
         },
       };
     }
-    if (leased) releaseClient(client); else await rollback(client);
-    if (row.outcome === 'replay') return { answer: decodeStored(row.result), stored: row.result };
+    if (leased) release(client); else await rollback(client);
+    if (row.outcome === 'replay') {
+      const replay = decodeStored(JSON.parse(row.result));
+      return { answer: replay, replay };
+    }
     // from pollFrom, doubling up to the server's retry_after, with jitter:
     // soon after a short request commits, seldom for a long one
-    const wait = Math.min(row.retry_after * 1000, o.pollFrom * 2 ** polls++) * (0.5 + Math.random() / 2);
-    if (Date.now() + wait > deadline) return { answer: inProgress(row.retry_after) };
+    const retryAfter = Number(row.retry_after);
+    const wait = Math.min(retryAfter * 1000, o.pollFrom * 2 ** polls++) * (0.5 + Math.random() / 2);
+    if (Date.now() + wait > deadline) return { answer: answers.inProgress(retryAfter) };
     await sleep(wait);
   }
 }
 
-// Watches the handler's queries on the claim's client: a serialization
-// failure or deadlock seen there turns its 500 into a 503 "retry".
-function watch(state, client) {
-  const query = client.query;
-  client.query = function watchedQuery(...args) {
-    const result = query.apply(this, args);
-    if (result && typeof result.then === 'function') {
-      result.then(null, (err) => { state.lastError = err; });
-    }
-    return result;
-  };
+// The client the request's writes go on, held for the handler: the
+// session's end abandons the request (503 at once), the handler sees it
+// through the guard of session.js.
+function hold(state, client) {
+  state.client = client;
+  onBroken(client, () => abandon(state, answers.unavailable()));
+  state.handle = guarded(client, state);
 }
 
 // The object handlers see as req.idempotency / request.idempotency.
 export function handlerApi(state) {
   const { o } = state;
-  if (state.client) watch(state, state.client);
-  if (o.lease != null && o.heartbeat > 0) {
-    state.timer = setInterval(() => {
-      extendLease(state, o.lease).catch(() => {});
-    }, o.heartbeat);
-    state.timer.unref();
+  if (state.client) hold(state, state.client);
+  if (o.lease != null && state.key) {
+    if (o.heartbeat > 0) {
+      state.timer = setInterval(() => {
+        extendLease(state, o.lease).catch(() => {});
+      }, o.heartbeat);
+      state.timer.unref();
+    }
+    // a handler that never answers: the heartbeat stops, the lease runs
+    // out and a retry takes the key over
+    if (o.handlerTimeout > 0) {
+      state.deadline = setTimeout(() => abandon(state, answers.handlerTimeout(o.lease / 1000)), o.handlerTimeout);
+      state.deadline.unref();
+    }
   }
   return {
     key: state.key,
     scope: state.scope,
     fence: state.fence,
     recoveryPoint: state.recoveryPoint,
-    get client() { return state.client; },
+    get client() { return state.handle; },
     begin: () => begin(state),
     extendLease: (ms) => extendLease(state, ms ?? o.lease),
-    checkpoint: (point) => autocommit(state, `idem_checkpoint(${state.lit(state.key)}, ${state.lit(point)}`),
+    checkpoint: (point) => autocommit(state, 'idem_checkpoint($1::text, $2::text', [point]),
     markUnknown: async (detail) => {
-      await autocommit(state, `idem_mark_unknown(${state.lit(state.key)}, ${state.lit(JSON.stringify(detail ?? {}))}::jsonb`);
+      await autocommit(state, 'idem_mark_unknown($1::text, $2::jsonb', [JSON.stringify(detail ?? {})]);
       state.unknown = true;
     },
   };
@@ -245,96 +178,143 @@ export function handlerApi(state) {
 // A client in a transaction: the claim's, or (leased mode, or a request
 // without a key where the key is optional) one taken on first use.
 async function begin(state) {
-  if (state.client) return state.client;
-  const client = await state.o.pool.connect();
+  if (state.handle) return state.handle;
+  if (state.done) throw new Error('idempotency: the request is over');
+  const client = await checkout(state.o.pool);
   try {
     await client.query('BEGIN');
   } catch (err) {
-    releaseClient(client, err);
+    release(client, err);
     throw err;
   }
-  state.client = client;
-  watch(state, client);
-  return client;
+  if (state.done) {
+    await rollback(client);
+    throw new Error('idempotency: the request is over');
+  }
+  hold(state, client);
+  return state.handle;
 }
 
 // A call that writes to the record on a connection of its own, committed
-// at once (leased claims: a takeover must see it).
-async function autocommit(state, call, extra = '') {
+// at once (leased claims: a takeover must see it); call ends before its
+// scope and fence arguments, args follow the key ($1).
+async function autocommit(state, call, args = []) {
   if (state.o.lease == null) throw new Error('idempotency: checkpoints, heartbeats and unknown outcomes are for leased routes (the "lease" option)');
-  const client = await state.o.pool.connect();
+  const n = args.length + 2;
+  const client = await checkout(state.o.pool);
   try {
-    const r = await client.query(`SELECT ${call}${extra}, scope => ${state.lit(state.scope)}, fence => ${state.fence})`);
-    releaseClient(client);
+    const r = await client.query(`SELECT ${call}, scope => $${n}::text, fence => $${n + 1}::bigint)`,
+      [state.key, ...args, state.scope, state.fence]);
+    release(client);
     return r.rows[0];
   } catch (err) {
-    releaseClient(client, err);
+    release(client, err);
     throw err;
   }
 }
 
 async function extendLease(state, ms) {
-  const row = await autocommit(state, `idem_extend_lease(${state.lit(state.key)}, ${interval(ms)}`);
+  const row = await autocommit(state, 'idem_extend_lease($1::text, make_interval(secs => $2::float8)', [Number(ms) / 1000]);
   return row && Object.values(row)[0];
+}
+
+function stopTimers(state) {
+  if (state.timer) clearInterval(state.timer);
+  if (state.deadline) clearTimeout(state.deadline);
+}
+
+// The request is given up before its outcome (its session ended, its
+// handler ran out of time): nothing is committed, the answer is sent at
+// once if nothing was (state.send, set by the framework), and whatever the
+// handler does later is ignored.
+export function abandon(state, answer) {
+  if (state.done) return;
+  state.done = true;
+  state.abandoned = answer;
+  stopTimers(state);
+  const client = state.client;
+  state.client = null;
+  if (client) rollback(client); // a broken one is destroyed
+  if (state.flight) land(state.flight, null);
+  if (state.send) state.send(answer);
 }
 
 // After a serialization failure or deadlock in the handler or at commit
 // (everything rolled back): RETRY while the route has retries left (the
 // framework runs the request again), else 503 with Retry-After.
 export const RETRY = Object.freeze({ retry: true });
+// what complete() returns for a request already answered (abandoned)
+export const IGNORED = Object.freeze({ ignored: true });
 export const isRetryable = (err) => Boolean(err) && RETRYABLE.has(err.code);
 function retryOr(state, err) {
   return state.attempt < state.o.retries ? RETRY : answerOf(err);
 }
 
 // complete(state, response): records the outcome of the handler's response
-// {status, headers, body} and returns what to send: the response itself,
-// or a problem when its outcome could not be recorded, or RETRY.
+// {status, headers, body, tooLarge?} and returns what to send: the
+// response itself, or a problem when its outcome could not be recorded,
+// RETRY, or IGNORED when the request was answered already.
 export async function complete(state, response) {
-  if (state.done) return response;
+  if (state.done) return state.abandoned ? IGNORED : response;
   state.done = true;
-  let stored = null;
+  let replay = null;
   try {
-    return await completeOnce(state, response, (committed) => { stored = committed; });
+    return await completeOnce(state, response, (committed) => { replay = committed; });
   } finally {
-    // local duplicates waiting for this request: its stored response, or
-    // null (nothing committed: they claim at the server)
-    if (state.flight) land(state.flight, stored);
+    // local duplicates waiting for this request: its committed response,
+    // or null (nothing committed: they claim at the server)
+    if (state.flight) land(state.flight, replay);
   }
 }
 
 async function completeOnce(state, response, committed) {
-  if (state.timer) clearInterval(state.timer);
+  stopTimers(state);
   const { o } = state;
   const leased = o.lease != null;
   const client = state.client;
   state.client = null;
   const keep = response.status < 400 || (response.status < 500 && o.storeClientErrors);
-  const conflict = () => (RETRYABLE.has(state.lastError && state.lastError.code) && response.status >= 500
-    ? retryOr(state, state.lastError) : response);
+  const failed = () => {
+    const err = state.lastError;
+    if (response.status < 500 || !err) return response;
+    if (RETRYABLE.has(err.code)) return retryOr(state, err);
+    return isUnavailable(err) ? answers.unavailable() : response;
+  };
+  if (state.transactionEnded) {
+    if (client) await rollback(client);
+    if (leased && state.key) await releaseKey(state, 500).catch(() => {});
+    return answers.transactionEnded();
+  }
+  if (response.tooLarge || (keep && state.key && response.body.length > o.maxResponseBytes)) {
+    if (client) await rollback(client);
+    if (leased && state.key) await releaseKey(state, 500).catch(() => {});
+    return answers.responseTooLarge(o.maxResponseBytes);
+  }
   if (!state.key) {
     if (client && response.status < 500) return commitPlain(client, response);
     if (client) await rollback(client);
-    return conflict();
+    return failed();
   }
   if (state.unknown || !keep) {
     if (client) await rollback(client);
-    if (leased && !state.unknown) await release(state, response.status);
-    return conflict();
+    if (leased && !state.unknown) await releaseKey(state, response.status);
+    return failed();
   }
-  const target = client || await o.pool.connect();
+  let target = client;
   try {
-    const stored = encodeStored(response, o.storedHeaders);
-    const finish = finishSql(target, state.key, state.scope, stored, leased ? state.fence : null);
-    await target.query(client ? `${finish}; COMMIT` : finish);
-    committed(stored);
-    releaseClient(target);
+    target = target || await checkout(o.pool);
+    const finish = finishStep(o, state.key, state.scope, response, leased ? state.fence : null);
+    await pipeline(target, client ? [finish, COMMIT] : [finish]);
+    committed(replayOf(response, o.storedHeaders));
+    release(target);
     return response;
   } catch (err) {
-    if (client && err.code) await rollback(target); else releaseClient(target, err);
-    if (leased && !['IK002', 'IK003'].includes(err.code)) await release(state, 500).catch(() => {});
+    if (target) {
+      if (client && hasSqlstate(err) && !isUnavailable(err)) await rollback(target); else release(target, err);
+    }
+    if (leased && !['IK002', 'IK003'].includes(err.code)) await releaseKey(state, 500).catch(() => {});
     if (RETRYABLE.has(err.code)) return retryOr(state, err);
-    const answer = answerOf(err);
+    const answer = ownCallAnswer(err);
     if (answer) return answer;
     throw err;
   }
@@ -345,25 +325,24 @@ async function completeOnce(state, response, committed) {
 async function commitPlain(client, response) {
   try {
     await client.query('COMMIT');
-    releaseClient(client);
+    release(client);
     return response;
   } catch (err) {
-    releaseClient(client, err);
+    release(client, err);
     throw err;
   }
 }
 
 // Leased claim of a failed request: idem_fail, retryable, so that a retry
 // takes the key over at once.
-async function release(state, status) {
-  const { lit } = state;
-  const client = await state.o.pool.connect();
+async function releaseKey(state, status) {
+  const client = await checkout(state.o.pool);
   try {
-    await client.query(`SELECT idem_fail(${lit(state.key)}, ${lit(JSON.stringify({ status }))}::jsonb,`
-      + ` retryable => true, scope => ${lit(state.scope)}, fence => ${state.fence})`);
-    releaseClient(client);
+    await client.query('SELECT idem_fail($1::text, $2::jsonb, retryable => true, scope => $3::text, fence => $4::bigint)',
+      [state.key, JSON.stringify({ status }), state.scope, state.fence]);
+    release(client);
   } catch (err) {
-    releaseClient(client, err);
+    release(client, err);
     if (!['IK002', 'IK003'].includes(err.code)) throw err;
   }
 }
@@ -376,14 +355,18 @@ export async function abort(state) {
 
 // admit(o, key, request) with request = {raw (the framework's request, for
 // the scope function), method, path, body}: -> {answer} to send (a bad key,
-// a replay, 409, a problem) or {state} of a claimed key, or of a request
-// without a key on a route where it is optional.
+// no scope, a replay, 409, a problem) or {state} of a claimed key, or of a
+// request without a key on a route where it is optional.
 export async function admit(o, key, request) {
   const refused = checkKey(key, o);
   if (refused) return { answer: refused };
   if (key === undefined) return { state: unprotectedState(o) };
+  const scope = await o.scopeOf(request.raw);
+  if (!((typeof scope === 'string' && scope.length > 0) || typeof scope === 'number' || typeof scope === 'bigint')) {
+    return { answer: answers.scopeMissing() };
+  }
   return claim(o, {
-    key, scope: String(await o.scopeOf(request.raw)), method: request.method, path: request.path, body: request.body,
+    key, scope: String(scope), method: request.method, path: request.path, body: request.body,
   });
 }
 
@@ -391,7 +374,8 @@ export async function admit(o, key, request) {
 // transaction on first use of begin().
 function unprotectedState(o) {
   return {
-    o, key: null, scope: null, fence: null, recoveryPoint: null, client: null,
-    lit: null, lastError: null, unknown: false, done: false, timer: null, attempt: 0, request: null,
+    o, key: null, scope: null, fence: null, recoveryPoint: null, client: null, handle: null,
+    lastError: null, unknown: false, done: false, timer: null, deadline: null, attempt: 0, request: null,
+    transactionEnded: false, abandoned: null, send: null,
   };
 }

@@ -4,26 +4,33 @@
 // A serialization failure or deadlock rolls everything back and runs the
 // route's handler again: in the handler (the error it throws), or at
 // COMMIT in onSend (its answer is then produced again there).
-import fp from 'fastify-plugin';
 import {
   RETRY, abort, admit, answerOf, claim, complete, handlerApi, isRetryable, resolveOptions, routeOptions,
 } from './core.js';
-import { problem } from './response.js';
+import { answers } from './answers.js';
+import { declaredOver } from './request-body.js';
 
-const internalError = problem(500, 'internal', 'Internal Server Error', 'The request failed when it was run again.');
+const internalError = answers.internal('The request failed when it was run again.');
 
 const kState = Symbol('idempotency state');
 const kHandler = Symbol('idempotency route handler');
 const kEntry = Symbol('idempotency response at entry');
 const kInReply = Symbol('idempotency answer already in the reply');
+const kAnswered = Symbol('idempotency answer in onSend');
 
-async function payloadBytes(payload) {
+// -> the payload's bytes, or null when a stream is over limit (its bytes
+// beyond it are not kept)
+async function payloadBytes(payload, limit = Infinity) {
   if (payload === null || payload === undefined) return Buffer.alloc(0);
   if (Buffer.isBuffer(payload)) return payload;
   if (typeof payload === 'string') return Buffer.from(payload);
   const chunks = [];
-  for await (const chunk of payload) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk));
-  return Buffer.concat(chunks);
+  let size = 0;
+  for await (const chunk of payload) {
+    size += chunk.length;
+    if (size <= limit) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk));
+  }
+  return size <= limit ? Buffer.concat(chunks) : null;
 }
 
 function sendAnswer(reply, answer) {
@@ -72,6 +79,7 @@ async function rerun(request, reply) {
   let payload;
   let sent;
   const sending = new Promise((resolve) => { sent = resolve; });
+  const { send } = reply;
   reply.send = function capturedSend(value) {
     payload = value;
     sent();
@@ -83,7 +91,7 @@ async function rerun(request, reply) {
     if (returned) payload = returned.value;
     else ran.catch(() => {}); // sent; what the handler does next is its own
   } finally {
-    delete reply.send; // Reply.prototype.send again
+    reply.send = send; // the send it had
   }
   const body = await serialized(reply, payload);
   return { status: reply.statusCode, headers: reply.getHeaders(), body, [kInReply]: true };
@@ -103,6 +111,13 @@ async function idempotencyPlugin(fastify, options) {
   };
 
   fastify.decorateRequest('idempotency', null);
+  let warned = false;
+  const warnOnce = () => {
+    if (warned) return;
+    warned = true;
+    process.emitWarning('idempotency: reply.send() after the reply was sent (a second answer) is ignored: the first'
+      + ' answer is the one recorded and sent', 'IdempotencyWarning');
+  };
 
   // A serialization failure or deadlock thrown by a handler: everything is
   // rolled back, the key claimed again and the handler run again, up to
@@ -128,6 +143,7 @@ async function idempotencyPlugin(fastify, options) {
   fastify.addHook('preHandler', async (request, reply) => {
     const o = optionsOf(request);
     if (!o) return undefined;
+    if (declaredOver(request.headers, o.maxBodyBytes)) return sendAnswer(reply, answers.bodyTooLarge(o.maxBodyBytes));
     const admitted = await admit(o, request.headers['idempotency-key'], {
       raw: request, method: request.method, path: request.url, body: request.body,
     });
@@ -136,6 +152,22 @@ async function idempotencyPlugin(fastify, options) {
     request[kState] = state;
     request[kEntry] = { status: reply.statusCode, headers: { ...reply.getHeaders() } };
     request.idempotency = handlerApi(state);
+    // the first send is the answer: a later one is ignored (a warning,
+    // once), also while the first waits in onSend for its outcome
+    const send = reply.send;
+    reply.send = function firstSend(payload) {
+      if (request[kAnswered]) {
+        warnOnce();
+        return reply;
+      }
+      return send.call(reply, payload);
+    };
+    // an abandoned request (its session ended, its time ran out) is
+    // answered at once; the handler's later send is ignored
+    state.send = (answer) => { if (!request[kAnswered]) sendAnswer(reply, answer); };
+    // a hijacked reply is written past onSend: its outcome could not be
+    // recorded with the answer
+    reply.hijack = refusedHijack;
     return undefined;
   });
 
@@ -163,17 +195,28 @@ async function idempotencyPlugin(fastify, options) {
     return answer;
   }
 
-  fastify.addHook('onSend', async (request, reply, payload) => {
+  // A callback hook, not an async one: on a route without a claim the
+  // payload goes on at once, so a second reply.send finds the reply sent
+  // (Fastify's own "already sent"), as without the plugin.
+  fastify.addHook('onSend', (request, reply, payload, done) => {
     const state = request[kState];
-    if (!state || state.done) return payload;
-    const body = await payloadBytes(payload);
-    const response = { status: reply.statusCode, headers: reply.getHeaders(), body };
+    request[kAnswered] = true;
+    if (!state || state.done) return done(null, payload);
+    outcome(request, reply, payload, state).then((body) => done(null, body), done);
+    return undefined;
+  });
+
+  async function outcome(request, reply, payload, state) {
+    const body = await payloadBytes(payload, state.o.maxResponseBytes);
+    const response = {
+      status: reply.statusCode, headers: reply.getHeaders(), body: body ?? Buffer.alloc(0), tooLarge: body === null,
+    };
     const answer = await record(request, reply, response);
     if (answer === response || answer[kInReply]) return answer.body;
     for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name);
     reply.code(answer.status).headers(answer.headers);
     return answer.body;
-  });
+  }
 
   // a request that ended without onSend (an error while sending): nothing
   // is recorded, the connection goes back to the pool
@@ -184,4 +227,17 @@ async function idempotencyPlugin(fastify, options) {
   fastify.addHook('onResponse', cleanup);
 }
 
-export const idempotency = fp(idempotencyPlugin, { name: 'pg-idempotency-key', fastify: '4.x || 5.x' });
+function refusedHijack() {
+  throw new Error('idempotency: reply.hijack() is refused on an idempotent route: a hijacked reply bypasses onSend,'
+    + ' so its answer could not be recorded with the handler\'s writes (turn the plugin off for the route:'
+    + ' config: { idempotency: false })');
+}
+
+// What fastify-plugin does, without the dependency: the plugin's hooks
+// and decorator apply to the instance it is registered on.
+idempotencyPlugin[Symbol.for('skip-override')] = true;
+idempotencyPlugin[Symbol.for('fastify.display-name')] = 'pg-idempotency-key';
+idempotencyPlugin[Symbol.for('plugin-meta')] = { name: 'pg-idempotency-key', fastify: '4.x || 5.x' };
+
+export const idempotency = idempotencyPlugin;
+export { idempotency as fastifyIdempotency };

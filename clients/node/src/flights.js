@@ -19,7 +19,7 @@ function flights(pool) {
 }
 
 const idOf = (request) => `${request.scope}\u0000${request.key}`;
-const sameOf = (fingerprint) => fingerprint.json ?? fingerprint.hash;
+const sameOf = (fingerprint) => fingerprint.json ?? fingerprint.hash.toString('hex');
 
 // -> the flight of a claim of this process for the same key, scope and
 // fingerprint input, or null
@@ -40,15 +40,16 @@ export function takeOff(pool, request, fingerprint) {
   return flight;
 }
 
-// the claim ended: stored is the stored form of its committed response (or
-// of the one the server replayed), or null when nothing was committed
-export function land(flight, stored) {
+// the claim ended: replay is the answer of a duplicate (its committed
+// response, or the one the server replayed), or null when nothing was
+// committed
+export function land(flight, replay) {
   const map = flights(flight.pool);
   if (map.get(flight.id) === flight) map.delete(flight.id);
-  flight.done(stored);
+  flight.done(replay);
 }
 
-// -> the stored response, null (nothing committed), or undefined when the
+// -> the replay, null (nothing committed), or undefined when the
 // claim did not end within ms
 export function awaitFlight(flight, ms) {
   let timer;

@@ -1,23 +1,28 @@
-// The SQL of the claim and of idem_finish, as simple-protocol text with
-// escaped literals, so that BEGIN travels with the claim and COMMIT with
-// idem_finish in one round trip each (node-postgres sends a parameterized
-// query as a round trip of its own).  With the "prepare" option, both are
-// server-side prepared statements (SQL PREPARE, sent before the first claim
-// on each connection), saving their parse and plan on every request; a
-// transaction-pooling PgBouncer cannot keep those, so it is off by default.
+// The statements of the claim and of the outcome, with parameters: BEGIN
+// travels with the claim and COMMIT with idem_finish, one round trip each
+// (pipeline.js). No value is escaped into SQL text: the request body's
+// fingerprint input and the response body go as parameters, the body as
+// binary bytes that the server turns into the stored form. With the
+// "prepare" option both statements are parsed once per connection under
+// a name; a transaction-pooling PgBouncer cannot keep those, so it is off
+// by default.
 import { createHash } from 'node:crypto';
+import { storedForm } from './response.js';
 
-const CLAIM_COLUMNS = 'outcome, result, fence, recovery_point, extract(epoch FROM retry_after)::float8 AS retry_after';
-const PREPARE = 'PREPARE pg_idempotency_key_claim(text, text, jsonb, bytea, float8, float8) AS'
-  + ` SELECT ${CLAIM_COLUMNS} FROM idem_claim($1, scope => $2,`
-  + ' fingerprint => CASE WHEN $3 IS NULL THEN $4 ELSE idem_fingerprint($3) END, wait => false,'
-  + ' ttl => make_interval(secs => $5), lease => make_interval(secs => $6));'
-  + ' PREPARE pg_idempotency_key_finish(text, jsonb, text, bigint) AS'
-  + ' SELECT idem_finish($1, $2, scope => $3, fence => $4)';
-const prepared = new WeakSet();
+const CLAIM = 'SELECT outcome, result, fence, recovery_point, extract(epoch FROM retry_after)::float8 AS retry_after'
+  + ' FROM idem_claim($1::text, scope => $2::text,'
+  + ' fingerprint => CASE WHEN $3::jsonb IS NULL THEN $4::bytea ELSE idem_fingerprint($3::jsonb) END,'
+  + ' wait => false, ttl => make_interval(secs => $5::float8), lease => make_interval(secs => $6::float8))';
 
-export const literal = (client) => (v) => (v === null || v === undefined ? 'NULL' : client.escapeLiteral(String(v)));
-const secondsOf = (ms) => (ms == null ? 'NULL' : String(Number(ms) / 1000));
+// the stored form {"status", "headers", "body" | "body_base64"} built by
+// the server from the body's bytes ($5 says which)
+const FINISH = 'SELECT idem_finish($1::text, jsonb_build_object(\'status\', $2::int, \'headers\', $3::jsonb)'
+  + ' || CASE WHEN $5::bool THEN jsonb_build_object(\'body\', convert_from($4::bytea, \'UTF8\'))'
+  + ' ELSE jsonb_build_object(\'body_base64\', translate(encode($4::bytea, \'base64\'), E\'\\n\', \'\')) END,'
+  + ' scope => $6::text, fence => $7::bigint)';
+
+const secondsOf = (ms) => (ms == null ? null : String(Number(ms) / 1000));
+const named = (o, name) => (o.prepare ? name : '');
 
 // The fingerprint: {json} of method, path and a parsed JSON body, hashed by
 // idem_fingerprint (key order and white space do not count), else {hash},
@@ -30,39 +35,29 @@ export function fingerprintOf(method, path, body) {
   }
   const bytes = Buffer.isBuffer(body) ? body
     : Buffer.from(typeof body === 'string' ? body : body == null ? '' : JSON.stringify(body));
-  return { json: null, hash: `\\x${createHash('sha256').update(`${method} ${path}\n`).update(bytes).digest('hex')}` };
+  return { json: null, hash: createHash('sha256').update(`${method} ${path}\n`).update(bytes).digest() };
 }
 
-// -> {setup, sql}: setup (the PREPAREs, once per connection) or null, and
-// the claim of request = {key, scope, fingerprint} with o's ttl and lease.
-export function claimSql(client, o, request) {
-  const lit = literal(client);
+// the claim of request = {key, scope, fingerprint} with o's ttl and lease
+export function claimStep(o, request) {
   const { json, hash } = request.fingerprint;
-  if (o.prepare) {
-    return {
-      setup: prepared.has(client) ? null : PREPARE,
-      sql: `EXECUTE pg_idempotency_key_claim(${lit(request.key)}, ${lit(request.scope)}, ${lit(json)},`
-        + ` ${lit(hash)}, ${secondsOf(o.ttl)}, ${secondsOf(o.lease)})`,
-    };
-  }
-  const fingerprint = json !== null ? `idem_fingerprint(${lit(json)}::jsonb)` : `${lit(hash)}::bytea`;
   return {
-    setup: null,
-    sql: `SELECT ${CLAIM_COLUMNS} FROM idem_claim(${lit(request.key)}, scope => ${lit(request.scope)},`
-      + ` fingerprint => ${fingerprint}, wait => false`
-      + `${o.ttl != null ? `, ttl => make_interval(secs => ${secondsOf(o.ttl)})` : ''}`
-      + `${o.lease != null ? `, lease => make_interval(secs => ${secondsOf(o.lease)})` : ''})`,
+    text: CLAIM,
+    name: named(o, 'pg_idempotency_key_claim'),
+    values: [request.key, request.scope, json, hash, secondsOf(o.ttl), secondsOf(o.lease)],
   };
 }
 
-export const markPrepared = (client) => prepared.add(client);
-// a connection that lost them (26000): prepared again with its next claim
-export const forgetPrepared = (client) => prepared.delete(client);
-
-// idem_finish of key with the stored result (an object), fence or null
-export function finishSql(client, key, scope, stored, fence) {
-  const lit = literal(client);
-  const args = [lit(key), `${lit(JSON.stringify(stored))}`, lit(scope), fence ?? 'NULL'];
-  if (prepared.has(client)) return `EXECUTE pg_idempotency_key_finish(${args.join(', ')})`;
-  return `SELECT idem_finish(${args[0]}, ${args[1]}::jsonb, scope => ${args[2]}, fence => ${args[3]})`;
+// idem_finish of key with response {status, headers, body}, fence or null
+export function finishStep(o, key, scope, response, fence) {
+  const { status, headers, text } = storedForm(response, o.storedHeaders);
+  return {
+    text: FINISH,
+    name: named(o, 'pg_idempotency_key_finish'),
+    values: [key, String(status), JSON.stringify(headers), response.body, String(text), scope,
+      fence == null ? null : String(fence)],
+  };
 }
+
+export const BEGIN = { text: 'BEGIN' };
+export const COMMIT = { text: 'COMMIT' };

@@ -27,7 +27,19 @@ const thrownOnce = new Set();
 const conflictedOnce = new Set();
 const conflictedAtCommitOnce = new Set();
 
+// the tests' stand-in for the principal an authentication layer would
+// establish (an application takes it from its verified session or token,
+// never from a header the caller chooses)
 const tenantOf = (req) => req.headers['x-tenant'] ?? 'default';
+
+// Requests held by the test (route /orders/hold): key -> {pid (the claim's
+// backend), release()}; a request waits here after its insert, on no
+// connection activity, until the test releases it.
+export const held = new Map();
+
+// values for the DO block of /orders/raise (set_config: no SQL text built)
+const RAISE = "DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = current_setting('test.code'),"
+  + " MESSAGE = current_setting('test.message'); END $$";
 
 // Route handlers written once over a small request/response shape.
 const handlers = {
@@ -70,6 +82,56 @@ const handlers = {
   conflictAtCommit(idem, body, tenant, reply, query) {
     return handlers.conflict(idem, body, tenant, reply, query, true);
   },
+  // waits, after its insert, until the test releases it (held)
+  async hold(idem, body, tenant, reply) {
+    const db = await idem.begin();
+    const id = await placeOrder(db, idem.key, body, tenant);
+    const { rows } = await db.query('SELECT pg_backend_pid() AS pid');
+    await new Promise((resolve) => { held.set(idem.key, { pid: rows[0].pid, release: resolve }); });
+    await placeOrder(db, idem.key, body, tenant);
+    reply(201, { 'content-type': 'application/json' }, JSON.stringify({ order_id: id }));
+  },
+  // the SQLSTATE and message of the query string raised in the handler's
+  // transaction after its insert; ?terminate: its session ended for real;
+  // ?timeout: a real statement timeout
+  async raise(idem, body, tenant, reply, query) {
+    const db = await idem.begin();
+    await placeOrder(db, idem.key, body, tenant);
+    if (query.terminate) await db.query('SELECT pg_terminate_backend(pg_backend_pid())');
+    else if (query.timeout) await db.query("SET LOCAL statement_timeout = 1; SELECT pg_sleep(10)");
+    else {
+      await db.query("SELECT set_config('test.code', $1, true), set_config('test.message', $2, true)",
+        [query.code, query.message ?? 'raised by the test']);
+      await db.query(RAISE);
+    }
+    reply(201, { 'content-type': 'application/json' }, '{}');
+  },
+  // transaction control on the request's client (?sql=...), its error
+  // swallowed, then an insert and 201
+  async endTransaction(idem, body, tenant, reply, query) {
+    const db = await idem.begin();
+    await db.query(query.sql).catch(() => {});
+    await placeOrder(db, idem.key, body, tenant).catch(() => {});
+    reply(201, { 'content-type': 'application/json' }, '{}');
+  },
+  // a response of ?bytes= bytes (text), with a cookie and other headers
+  async big(idem, body, tenant, reply, query) {
+    await placeOrder(await idem.begin(), idem.key, body, tenant);
+    reply(201, {
+      'content-type': 'text/plain; charset=utf-8', 'set-cookie': 'session=secret-of-the-first-caller',
+      etag: '"v1"', 'x-internal': 'not stored',
+    }, 'é'.repeat(Math.floor(Number(query.bytes ?? 2) / 2)));
+  },
+  // leased: never answers (until the test releases it through held);
+  // a retry that took the key over answers at once
+  async hang(idem, body, tenant, reply) {
+    if (idem.fence > 1) {
+      reply(201, { 'content-type': 'application/json' }, JSON.stringify({ fence: idem.fence }));
+      return;
+    }
+    await new Promise((resolve) => { held.set(idem.key, { release: resolve }); });
+    reply(201, { 'content-type': 'application/json' }, '{"late":true}');
+  },
   async binary(idem, body, tenant, reply) {
     await placeOrder(await idem.begin(), idem.key, {}, tenant);
     reply(200, { 'content-type': 'application/octet-stream' },
@@ -104,6 +166,12 @@ export const ROUTES = [
   ['/orders/conflict', 'conflict', {}],
   ['/orders/conflict-at-commit', 'conflictAtCommit', {}],
   ['/orders/leased', 'leased', { lease: 30000 }],
+  ['/orders/hold', 'hold', {}],
+  ['/orders/raise', 'raise', {}],
+  ['/orders/end-transaction', 'endTransaction', {}],
+  ['/orders/big', 'big', {}],
+  ['/orders/too-big', 'big', { maxResponseBytes: 1000 }],
+  ['/orders/hang', 'hang', { lease: 60000, handlerTimeout: 300 }],
 ];
 
 export function buildExpress(version, options) {
@@ -118,6 +186,14 @@ export function buildExpress(version, options) {
       handlers[name](req.idempotency, req.body, tenantOf(req), reply, req.query).catch(next);
     });
   }
+  // answers twice: res.end() after res.json(), or (?next) next(err) after it
+  app.post('/orders/twice', expressIdempotency({ scope: tenantOf, ...options }), (req, res, next) => {
+    placeOrder(req.idempotency.client, req.idempotency.key, req.body, tenantOf(req)).then((id) => {
+      res.status(201).json({ order_id: id });
+      if (req.query.next) next(new Error('an error after the answer'));
+      else res.end('a second answer');
+    }).catch(next);
+  });
   return app;
 }
 
@@ -135,6 +211,22 @@ export function buildFastify(options) {
         return sent;
       });
     }
+    // reply.send twice; on a route the plugin handles and on one it does not
+    for (const [path, idempotency] of [['/orders/twice', {}], ['/plain/twice', false]]) {
+      scoped.post(path, { config: { idempotency } }, async (request, reply) => {
+        const id = idempotency ? await placeOrder(request.idempotency.client, request.idempotency.key, request.body,
+          tenantOf(request)) : 0;
+        reply.code(201).send({ order_id: id });
+        reply.send({ second: true });
+        return reply;
+      });
+    }
+    scoped.post('/orders/hijack', async (request, reply) => {
+      await placeOrder(request.idempotency.client, request.idempotency.key, request.body, tenantOf(request));
+      reply.hijack();
+      reply.raw.writeHead(201, { 'content-type': 'application/json' });
+      reply.raw.end('{"hijacked":true}');
+    });
   });
   return app;
 }
