@@ -22,7 +22,8 @@ import threading
 import pika
 import pika.exceptions
 import psycopg
-from psycopg.pq import TransactionStatus
+
+from .inbox import TransactionEnded, once
 
 __all__ = ["Relay", "run_relay", "Consumer", "consume", "Message", "TransactionEnded"]
 
@@ -30,7 +31,6 @@ CLAIM = ("SELECT message_id, destination, payload, headers, fence"
          " FROM idem_outbox_claim(%s, %s::interval)")
 MARK_SENT = "SELECT idem_outbox_mark_sent(%s::uuid[], %s)"
 MARK_FAILED = "SELECT idem_outbox_mark_failed(%s, %s, %s, %s::interval, %s)"
-INBOX_CLAIM = "SELECT idem_once(%s, scope => %s, ttl => %s::interval)"
 
 STALE_FENCE = "IK003"
 
@@ -238,10 +238,6 @@ class Message:
         self.method = method
 
 
-class TransactionEnded(RuntimeError):
-    """The handler ended the claim's transaction itself (COMMIT, ROLLBACK)."""
-
-
 class Consumer:
     """For each delivery: in one transaction, idem_once(message_id, scope,
     ttl); the first time, handler(conn, message) on that transaction, then
@@ -296,7 +292,8 @@ class Consumer:
             return
         message = Message(message_id, payload, body, properties, method)
         try:
-            first = self._claim_and_handle(message)
+            first, _ = once(self.pool, message_id, self.scope, self.ttl,
+                            lambda conn: self.handler(conn, message))
         except Exception as err:      # the handler's or the database's: rolled back
             self.stats["requeued"] += 1
             self._settle(channel, tag, "requeue")
@@ -304,20 +301,6 @@ class Consumer:
             return
         self.stats["handled" if first else "duplicates"] += 1
         self._settle(channel, tag, "ack")
-
-    def _claim_and_handle(self, message):
-        """True when the handler ran and committed, False for a duplicate."""
-        with self.pool.connection() as conn:
-            # psycopg refuses conn.commit() and conn.rollback() inside this block
-            with conn.transaction():
-                first = conn.execute(INBOX_CLAIM, (message.message_id, self.scope, self.ttl)).fetchone()[0]
-                if not first:
-                    raise psycopg.Rollback()
-                self.handler(conn, message)
-                if conn.info.transaction_status != TransactionStatus.INTRANS:
-                    raise TransactionEnded("the handler ended the claim's transaction; "
-                                           "later statements ran outside it")
-            return first
 
     def attach(self, channel):
         """Sets prefetch (and declares the queue) on a channel the application
