@@ -345,3 +345,52 @@ def test_storm_two_relays_two_consumers_n_committed_transactions_give_n_effects(
         rows = conn.execute("SELECT message_id FROM outbox_effects WHERE queue = %s", (harness.queue,)).fetchall()
     assert sorted(r[0] for r in rows) == sorted(committed), "each committed message once, no rolled-back one"
     assert all(c.stats["handled"] > 0 for c in consumers), "both consumers worked"
+
+
+def celery_worker(queue, log, hang=None):
+    """A real Celery worker (celery_outbox_app.py, solo pool) on queue."""
+    env = dict(os.environ, IDEM_TEST_CELERY_QUEUE=queue)
+    if hang:
+        env["IDEM_TEST_CELERY_HANG"] = hang
+    return subprocess.Popen([sys.executable, "-m", "celery", "-A", "celery_outbox_app", "worker",
+                             "--pool=solo", "-Q", queue, "--without-heartbeat", "--without-mingle",
+                             "--without-gossip", "-l", "warning"],
+                            cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def test_celery_worker_killed_in_the_task_and_the_task_published_twice_give_one_effect(harness, tmp_path):
+    pytest.importorskip("celery")
+    from pg_idempotency_key.celery_task import enqueue_task
+    with harness.pool.connection() as conn:
+        message_id = enqueue_task(conn, "record_effect", [7], queue=harness.queue)
+    # published by a relay killed between the confirm and its mark
+    kill(child("relay", harness.queue, "confirmed"))
+    hang = tmp_path / "in-task"
+    log = open(tmp_path / "worker.log", "w")
+    log_text = lambda: (tmp_path / "worker.log").read_text()  # noqa: E731
+    try:
+        # the first worker is killed in the task, before its commit
+        worker = celery_worker(harness.queue, log, hang=str(hang))
+        harness.until("the task running", lambda: hang.exists() or worker.poll() is not None)
+        assert worker.poll() is None, f"the worker exited before the task:\n{log_text()}"
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(BOUND)
+        assert harness.effects() == 0, "nothing of the killed task committed"
+        worker = celery_worker(harness.queue, log)
+        try:
+            harness.until("the redelivered task's effect", lambda: harness.effects() == 1)
+            # the killed relay's lease ends; another relay publishes it again
+            harness.end_lease(message_id)
+            relay = Relay(harness.pool, URL, on_error=harness.errors.append)
+            assert relay.run_once() == {"claimed": 1, "sent": 1, "failed": 0}
+            relay.close()
+            harness.until("the second copy taken", lambda: harness.queued() == 0)
+        finally:
+            worker.send_signal(signal.SIGTERM)     # warm shutdown: the task in hand finishes
+            worker.wait(BOUND)
+    finally:
+        log.close()
+    assert harness.queued() == 0, f"the second copy acked, not back in the queue; worker log:\n{log_text()}"
+    with harness.pool.connection() as conn:
+        rows = conn.execute("SELECT message_id FROM outbox_effects WHERE queue = %s", (harness.queue,)).fetchall()
+    assert rows == [(message_id,)], f"one effect for a killed worker and two copies; worker log:\n{log_text()}"

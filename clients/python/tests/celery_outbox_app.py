@@ -1,0 +1,32 @@
+"""The Celery app of test_outbox.py's Celery tests, run by a real worker
+(python3 -m celery -A celery_outbox_app worker) on the queue
+IDEM_TEST_CELERY_QUEUE.  With IDEM_TEST_CELERY_HANG=FILE, the task writes
+FILE after its insert and hangs before its commit, for the test to kill
+the worker there."""
+import os
+import sys
+import threading
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+
+from celery import Celery  # noqa: E402
+from psycopg_pool import ConnectionPool  # noqa: E402
+
+from pg_idempotency_key.celery_task import idempotent_task, task_id_key  # noqa: E402
+
+QUEUE = os.environ["IDEM_TEST_CELERY_QUEUE"]
+app = Celery("celery_outbox_app", broker=os.environ["IDEM_TEST_AMQP_URL"])
+app.conf.update(task_default_queue=QUEUE, worker_prefetch_multiplier=1, broker_connection_retry_on_startup=True)
+pool = ConnectionPool(os.environ["IDEM_TEST_DSN"], min_size=1, max_size=2)
+
+
+@idempotent_task(app, pool, key=task_id_key, name="record_effect")
+def record_effect(conn, n):
+    conn.execute("INSERT INTO outbox_effects (queue, message_id) VALUES (%s, %s)",
+                 (QUEUE, record_effect.request.id))
+    hang = os.environ.get("IDEM_TEST_CELERY_HANG")
+    if hang:
+        with open(hang, "w") as f:
+            f.write("in task\n")
+        threading.Event().wait()
+    return n
