@@ -347,14 +347,13 @@ def test_storm_two_relays_two_consumers_n_committed_transactions_give_n_effects(
     assert all(c.stats["handled"] > 0 for c in consumers), "both consumers worked"
 
 
-def celery_worker(queue, log, hang=None):
-    """A real Celery worker (celery_outbox_app.py, solo pool) on queue."""
-    env = dict(os.environ, IDEM_TEST_CELERY_QUEUE=queue)
-    if hang:
-        env["IDEM_TEST_CELERY_HANG"] = hang
+def celery_worker(queue, log, hang):
+    """A real Celery worker (celery_outbox_app.py) on queue, its prefork
+    pool of one process running the tasks."""
+    env = dict(os.environ, IDEM_TEST_CELERY_QUEUE=queue, IDEM_TEST_CELERY_HANG=hang)
     return subprocess.Popen([sys.executable, "-m", "celery", "-A", "celery_outbox_app", "worker",
-                             "--pool=solo", "-Q", queue, "--without-heartbeat", "--without-mingle",
-                             "--without-gossip", "-l", "warning"],
+                             "--pool=prefork", "--concurrency=1", "-Q", queue, "--without-heartbeat",
+                             "--without-mingle", "--without-gossip", "-l", "warning"],
                             cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -367,28 +366,25 @@ def test_celery_worker_killed_in_the_task_and_the_task_published_twice_give_one_
     kill(child("relay", harness.queue, "confirmed"))
     hang = tmp_path / "in-task"
     log = open(tmp_path / "worker.log", "w")
-    log_text = lambda: (tmp_path / "worker.log").read_text()  # noqa: E731
+    def log_text():
+        return (tmp_path / "worker.log").read_text()
+    worker = celery_worker(harness.queue, log, str(hang))
     try:
-        # the first worker is killed in the task, before its commit
-        worker = celery_worker(harness.queue, log, hang=str(hang))
+        # the pool's process is killed in the task, before its commit; the
+        # worker requeues its message (reject_on_worker_lost) and runs it again
         harness.until("the task running", lambda: hang.exists() or worker.poll() is not None)
         assert worker.poll() is None, f"the worker exited before the task:\n{log_text()}"
-        worker.send_signal(signal.SIGKILL)
-        worker.wait(BOUND)
-        assert harness.effects() == 0, "nothing of the killed task committed"
-        worker = celery_worker(harness.queue, log)
-        try:
-            harness.until("the redelivered task's effect", lambda: harness.effects() == 1)
-            # the killed relay's lease ends; another relay publishes it again
-            harness.end_lease(message_id)
-            relay = Relay(harness.pool, URL, on_error=harness.errors.append)
-            assert relay.run_once() == {"claimed": 1, "sent": 1, "failed": 0}
-            relay.close()
-            harness.until("the second copy taken", lambda: harness.queued() == 0)
-        finally:
-            worker.send_signal(signal.SIGTERM)     # warm shutdown: the task in hand finishes
-            worker.wait(BOUND)
+        os.kill(int(hang.read_text()), signal.SIGKILL)
+        harness.until("the redelivered task's effect", lambda: harness.effects() == 1)
+        # the killed relay's lease ends; another relay publishes it again
+        harness.end_lease(message_id)
+        relay = Relay(harness.pool, URL, on_error=harness.errors.append)
+        assert relay.run_once() == {"claimed": 1, "sent": 1, "failed": 0}
+        relay.close()
+        harness.until("the second copy taken", lambda: harness.queued() == 0)
     finally:
+        worker.send_signal(signal.SIGTERM)     # warm shutdown: the task in hand finishes
+        worker.wait(BOUND)
         log.close()
     assert harness.queued() == 0, f"the second copy acked, not back in the queue; worker log:\n{log_text()}"
     with harness.pool.connection() as conn:

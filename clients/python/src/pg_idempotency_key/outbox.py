@@ -265,7 +265,6 @@ class Consumer:
         self.on_error = on_error or _ignore
         self.stats = {"handled": 0, "duplicates": 0, "requeued": 0, "rejected": 0}
         self._stopping = threading.Event()
-        self._connection = None
 
     def _settle(self, channel, tag, how):
         try:
@@ -273,7 +272,7 @@ class Consumer:
                 channel.basic_ack(tag)
             else:
                 channel.basic_nack(tag, requeue=(how == "requeue"))
-        except pika.exceptions.AMQPError as err:
+        except Exception as err:
             # the channel closed: the broker redelivers, the inbox deduplicates
             self.on_error(err)
 
