@@ -5,8 +5,8 @@
 # (scripts/test_clock.sh), the HTTP example, the Java library, the
 # exporter queries in postgres_exporter, META.json and the PGXN archive,
 # the pgTAP and TAP suites, interrupted runs, the client packages (the
-# Node.js outbox against a private RabbitMQ), and last the Debian package
-# (built, installed, tested, removed); stop the cluster.
+# Node.js and Python outboxes against a private RabbitMQ), and last the
+# Debian package (built, installed, tested, removed); stop the cluster.
 # Ends with "N passed, N failed"; exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -309,23 +309,38 @@ run_node_client_suite() {
     server_stop "$CLUSTER_DIR/pgbouncer-$db/pgbouncer.pid"
 }
 
-# clients/node's outbox relay and inbox consumer against a private RabbitMQ
-# (scripts/rabbitmq.sh, ports IDEM_RABBITMQ_PORT .. + 2, default 16436),
-# which the suite's restart test stops and starts; counts the runner's
-# summary as for the HTTP suite.
+# The private RabbitMQ of the outbox suites (scripts/rabbitmq.sh, ports
+# IDEM_RABBITMQ_PORT .. + 2, default 16436): started by the first suite that
+# needs it, shared by the next, stopped after the last (outbox_broker_stop)
+OUTBOX_BROKER_PORT=${IDEM_RABBITMQ_PORT:-16436}
+OUTBOX_BROKER_UP=
+outbox_broker_start() {
+    [ -n "$OUTBOX_BROKER_UP" ] && return 0
+    ensure_packages rabbitmq-server || return 1
+    server_register "$CLUSTER_DIR/rabbitmq/rabbitmq.pid" beam.smp
+    server_register "$CLUSTER_DIR/rabbitmq/epmd.pid" epmd
+    rabbitmq_start "$CLUSTER_DIR/rabbitmq" "$OUTBOX_BROKER_PORT" \
+        || { rabbitmq_stop "$CLUSTER_DIR/rabbitmq" "$OUTBOX_BROKER_PORT"; return 1; }
+    OUTBOX_BROKER_UP=1
+}
+outbox_broker_stop() {
+    [ -n "$OUTBOX_BROKER_UP" ] && rabbitmq_stop "$CLUSTER_DIR/rabbitmq" "$OUTBOX_BROKER_PORT"
+    OUTBOX_BROKER_UP=
+}
+
+# clients/node's outbox relay and inbox consumer against the private
+# RabbitMQ, which the suite's restart test stops and starts; counts the
+# runner's summary as for the HTTP suite.
 run_node_outbox_suite() {
-    local db=idempotency_outbox port=${IDEM_RABBITMQ_PORT:-16436} dir=$CLUSTER_DIR/rabbitmq ok bad rc
+    local db=idempotency_outbox port=$OUTBOX_BROKER_PORT dir=$CLUSTER_DIR/rabbitmq ok bad rc
     say "clients/node outbox relay and consumer against RabbitMQ (confirms, kill -9, broker restart, storm)"
-    ensure_packages rabbitmq-server || { failed=$((failed + 1)); return; }
     command -v npm >/dev/null || ensure_packages nodejs npm || { failed=$((failed + 1)); return; }
     [ -d clients/node/node_modules/amqplib ] \
         || (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
         || { failed=$((failed + 1)); return; }
-    server_register "$dir/rabbitmq.pid" beam.smp
-    server_register "$dir/epmd.pid" epmd
-    rabbitmq_start "$dir" "$port" \
+    outbox_broker_start \
         && createdb "$db" && psql -q -X -d "$db" -c 'CREATE EXTENSION idempotency' \
-        || { failed=$((failed + 1)); rabbitmq_stop "$dir" "$port"; return; }
+        || { failed=$((failed + 1)); return; }
     (cd clients/node && IDEM_TEST_DSN="postgresql://postgres@/$db?host=$PGHOST&port=$PGPORT" \
         IDEM_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$port" \
         IDEM_TEST_RABBITMQ_DIR="$dir" IDEM_TEST_RABBITMQ_PORT="$port" \
@@ -336,7 +351,29 @@ run_node_outbox_suite() {
     ok=${ok:-0}; bad=${bad:-0}
     if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
     passed=$((passed + ok)); failed=$((failed + bad))
-    rabbitmq_stop "$dir" "$port"
+}
+
+# clients/python's outbox relay and inbox consumer (Debian's python3-pika)
+# and its Celery decorator (python3-celery, a real worker) against the same
+# RabbitMQ, which its restart test stops and starts; counts pytest's last
+# line as for the HTTP suite.
+run_python_outbox_suite() {
+    local db=idempotency_outbox_python port=$OUTBOX_BROKER_PORT dir=$CLUSTER_DIR/rabbitmq ok bad rc
+    say "clients/python outbox relay and consumer against RabbitMQ (confirms, kill -9, broker restart, storm)"
+    ensure_packages python3-pika python3-celery python3-psycopg python3-psycopg-pool python3-pytest \
+        && outbox_broker_start \
+        && createdb "$db" && psql -q -X -d "$db" -c 'CREATE EXTENSION idempotency' \
+        || { failed=$((failed + 1)); return; }
+    (cd clients/python && IDEM_TEST_DSN="host=$PGHOST port=$PGPORT dbname=$db user=postgres" \
+        IDEM_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$port/%2F" \
+        IDEM_TEST_RABBITMQ_DIR="$dir" IDEM_TEST_RABBITMQ_PORT="$port" \
+        /usr/bin/python3 -m pytest -p no:cacheprovider -q -rf tests/test_outbox.py) 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    ok=$(tail -n 1 "$log" | sed -n 's/.* \([0-9]*\) passed.*/\1/p; s/^\([0-9]*\) passed.*/\1/p' | head -n 1)
+    bad=$(tail -n 1 "$log" | grep -oE '[0-9]+ (failed|error)' | awk '{s += $1} END {print s + 0}')
+    ok=${ok:-0}
+    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
+    passed=$((passed + ok)); failed=$((failed + bad))
 }
 
 # clients/python: pytest (Debian's python3, which has the packages) of the
@@ -429,6 +466,8 @@ run_exporter_suite
 run_pgxn_suite
 run_node_client_suite
 run_node_outbox_suite
+run_python_outbox_suite
+outbox_broker_stop
 run_python_client_suite
 run_pgtap_suite
 run_tap_suite
