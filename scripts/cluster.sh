@@ -75,8 +75,11 @@ build_and_install() {
 # refuses to run as root), else ourselves.
 CLUSTER_OS_USER=$( [ "$(id -u)" -eq 0 ] && echo postgres || id -un )
 
+# (from /: the caller's directory may be one that user cannot enter, such as
+# /root, and PostgreSQL's programs then complain "could not change
+# directory"; every path given is absolute)
 as_cluster_user() {
-    if [ "$(id -u)" -eq 0 ]; then runuser -u "$CLUSTER_OS_USER" -- "$@"; else "$@"; fi
+    if [ "$(id -u)" -eq 0 ]; then (cd / && exec runuser -u "$CLUSTER_OS_USER" -- "$@"); else "$@"; fi
 }
 
 # the install lock, and the register of the servers a run starts

@@ -212,6 +212,37 @@ run_pgxn_suite() {
     rm -rf "$dir"
 }
 
+# What a first run on a fresh machine meets, each of which once printed an
+# alarming line on a run that passed or broke a command as printed: the
+# Makefile read before PostgreSQL is installed (make demo and make test
+# install it), the cluster's programs started from a directory their user
+# cannot enter (/root), and the file names in the documentation's commands
+# against the control file's version (test/release/readme_versions_test.py)
+run_fresh_machine_suite() {
+    local goal dir ok bad
+    say "a fresh machine: the Makefile without pg_config, servers started from /root, the documented file names"
+    for goal in demo test deb dist; do
+        if [ -z "$(make -n "$goal" PG_CONFIG=/nonexistent/pg_config 2>&1 >/dev/null)" ]; then
+            passed=$((passed + 1)); say "ok: make $goal reads the Makefile without pg_config, and says nothing about it"
+        else
+            failed=$((failed + 1)); make -n "$goal" PG_CONFIG=/nonexistent/pg_config 2>&1 >/dev/null | sed 's/^/    /'
+        fi
+    done
+    dir=$(mktemp -d)   # 0700: only its owner may enter
+    (cd "$dir" && as_cluster_user "$PG_BINDIR/pg_ctl" -D "$CLUSTER_DIR/data" status) >"$log" 2>&1
+    rmdir "$dir"
+    if grep -q 'is running' "$log" && ! grep -qiE 'could not change directory|permission denied' "$log"; then
+        passed=$((passed + 1)); say "ok: the cluster's programs, started from a directory their user cannot enter, say nothing about it"
+    else
+        failed=$((failed + 1)); sed 's/^/    /' "$log"
+    fi
+    python3 test/release/readme_versions_test.py 2>&1 | tee "$log"
+    ok=$(grep -cE '^ok [0-9]+ ' "$log")
+    bad=$(grep -cE '^not ok [0-9]+ ' "$log")
+    grep -qE '^[0-9]+ passed, [0-9]+ failed$' "$log" || bad=$((bad + 1))
+    passed=$((passed + ok)); failed=$((failed + bad))
+}
+
 # The Debian package (make deb) from this checkout: dpkg -i onto Debian's
 # PostgreSQL, a new preloaded cluster that loads the packaged library,
 # CREATE EXTENSION from the packaged files and make installcheck against
@@ -361,6 +392,7 @@ run_http_suite
 run_java_suite
 run_exporter_suite
 run_pgxn_suite
+run_fresh_machine_suite
 run_node_client_suite
 run_python_client_suite
 run_pgtap_suite
