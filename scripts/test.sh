@@ -378,7 +378,10 @@ hold_until_interrupted() {
         "pidfile $CLUSTER_DIR/pgbouncer/pgbouncer.pid" >"$ready.part"
     mv "$ready.part" "$ready"
     say "holding the servers listed in $ready until interrupted"
-    while :; do sleep 3600 & wait $!; done
+    # a waiter that ends with this shell (a background sleep would ignore
+    # Ctrl-C and outlive it); wait returns on the signal, and the trap runs
+    tail --pid=$$ -f /dev/null &
+    wait $!
 }
 [ -n "${IDEM_TEST_HOLD:-}" ] && hold_until_interrupted "$IDEM_TEST_HOLD"
 
