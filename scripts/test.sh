@@ -243,21 +243,37 @@ run_fresh_machine_suite() {
     passed=$((passed + ok)); failed=$((failed + bad))
 }
 
-# The Debian package (make deb) from this checkout: dpkg -i onto Debian's
-# PostgreSQL, a new preloaded cluster that loads the packaged library,
-# CREATE EXTENSION from the packaged files and make installcheck against
-# them; then dpkg -r, and every file the package had is gone.  The package
-# installs the paths make install did (this script holds the install lock):
-# the suite runs last and installs the build again when it ends.
+# The Debian package (make deb) from a copy of this checkout in a directory
+# the postgres user cannot enter (mktemp -d, 0700, as /root or a private
+# home), with the installcheck Debian's tooling runs during the build (a
+# new server without shared_preload_libraries: make installcheck on a
+# plain server); dpkg -i onto Debian's PostgreSQL, a new preloaded cluster
+# that loads the packaged library, CREATE EXTENSION from the packaged files
+# and make installcheck against them; then dpkg -r, and every file the
+# package had is gone.  The package installs the paths make install did
+# (this script holds the install lock): the suite runs last and installs
+# the build again when it ends.
 run_deb_suite() {
-    local deb files=() f left=0 pkg="postgresql-$PG_MAJOR-idempotency"
+    local copy deb files=() f left=0 pkg="postgresql-$PG_MAJOR-idempotency"
     if [ "$PG_BINDIR" != "/usr/lib/postgresql/$PG_MAJOR/bin" ]; then
         say "Debian package suite skipped: $PG_CONFIG is not Debian's PostgreSQL"
         return
     fi
-    say "Debian package: build, dpkg -i, installcheck against the packaged files, dpkg -r"
-    DEB_BUILD_OPTIONS=nocheck bash scripts/deb.sh || { failed=$((failed + 1)); return; }
-    deb=$(ls build/deb/"${pkg}"_*.deb)
+    say "Debian package: make deb from a directory only its owner may enter, dpkg -i, installcheck against the packaged files, dpkg -r"
+    copy=$(mktemp -d /tmp/idempotency-deb-checkout.XXXXXX) || { failed=$((failed + 1)); return; }
+    run_register tree "$copy"
+    if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$copy"
+    else
+        tar -cf - --exclude=./build . | tar -xf - -C "$copy"
+    fi
+    if (cd "$copy" && make -s deb) >"$log" 2>&1; then
+        passed=$((passed + 1))
+        say "ok: make deb from a directory of mode $(stat -c %a "$copy"), its installcheck on a plain server included"
+    else
+        failed=$((failed + 1)); cat "$log"; return
+    fi
+    deb=$(ls "$copy"/build/deb/"${pkg}"_*.deb)
     if as_root dpkg -i "$deb" >"$log" 2>&1 && [ -z "$(dpkg --verify "$pkg")" ]; then
         passed=$((passed + 1))
         say "ok: $(basename "$deb") installed, its files unchanged on disk (dpkg --verify)"
@@ -288,6 +304,7 @@ run_deb_suite() {
     fi
     # back to what build_and_install left for whatever runs after
     as_root make -s PG_CONFIG="$PG_CONFIG" install >/dev/null || failed=$((failed + 1))
+    rm -rf "$copy"
 }
 
 # --- client packages (clients/node, clients/python) -----------------------
