@@ -43,13 +43,7 @@ trap 'rm -rf "$work"' EXIT
 chmod 755 "$work"
 src=$work/idempotency-$version
 mkdir "$src"
-# the checkout's files as they are now (committed or not, ignored ones left out); a tree without
-# git (an unpacked make dist archive) is copied whole
-if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-    git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$src"
-else
-    tar -cf - --exclude=./build --exclude=./debian/control --exclude=./debian/changelog . | tar -xf - -C "$src"
-fi
+copy_checkout "$src"
 
 # debian/changelog: one entry for this version, its bullets from CHANGELOG.md
 maintainer=$(sed -n 's/^Maintainer: *//p' debian/control.in)
@@ -84,5 +78,6 @@ if [ "$rc" -ne 0 ]; then
     echo "dpkg-buildpackage failed: $out/build.log" >&2
     exit 1
 fi
-cp "$work"/*.deb "$work"/*.buildinfo "$work"/*.changes "$out"/
+# the packages, .buildinfo and .changes
+find "$work" -maxdepth 1 -type f -exec cp -t "$out" {} +
 ls "$out"/*.deb

@@ -262,11 +262,7 @@ run_deb_suite() {
     say "Debian package: make deb from a directory only its owner may enter, dpkg -i, installcheck against the packaged files, dpkg -r"
     copy=$(mktemp -d /tmp/idempotency-deb-checkout.XXXXXX) || { failed=$((failed + 1)); return; }
     run_register tree "$copy"
-    if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-        git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$copy"
-    else
-        tar -cf - --exclude=./build . | tar -xf - -C "$copy"
-    fi
+    copy_checkout "$copy"
     if (cd "$copy" && make -s deb) >"$log" 2>&1; then
         passed=$((passed + 1))
         say "ok: make deb from a directory of mode $(stat -c %a "$copy"), its installcheck on a plain server included"
