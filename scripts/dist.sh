@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 . scripts/cluster.sh
 
 zip=$1 prefix=$2
-ensure_packages git python3
+command -v git >/dev/null && command -v python3 >/dev/null || ensure_packages git python3
 git rev-parse --verify -q HEAD >/dev/null \
     || { echo "make dist archives the committed tree: run it in a git checkout with a commit" >&2; exit 1; }
 git archive --format=zip --prefix="$prefix/" -o "$zip" HEAD
