@@ -44,6 +44,9 @@ chmod 755 "$work"
 src=$work/idempotency-$version
 mkdir "$src"
 copy_checkout "$src"
+# readable by postgres whatever the checkout's modes (tar also gives $src
+# the mode of the checkout's top, 0700 under mktemp -d)
+chmod -R a+rX "$src"
 
 # debian/changelog: one entry for this version, its bullets from CHANGELOG.md
 maintainer=$(sed -n 's/^Maintainer: *//p' debian/control.in)
@@ -70,6 +73,10 @@ cd "$src"
 export PG_SUPPORTED_VERSIONS=installed
 pg_buildext updatecontrol
 say "building $(sed -n 's/^Package: //p' debian/control | tr '\n' ' ')version $version"
+# the installcheck's server is pg_virtualenv's own, on a free port, not the
+# one the caller's PG* variables name (make test's cluster: pg_virtualenv
+# took its port, and a client could reach that server instead)
+unset PGHOST PGPORT PGUSER PGDATABASE PGOPTIONS
 rc=0
 dpkg-buildpackage -b -us -uc -j2 >"$top/$out/build.log" 2>&1 || rc=$?
 cd "$top"
