@@ -2,8 +2,9 @@
 # make deb: postgresql-<major>-idempotency_<version>_<arch>.deb for every
 # PostgreSQL major whose server headers (postgresql-server-dev-<major>) are
 # installed and that debian/pgversions allows, built with Debian's own
-# tooling (debhelper, pg_buildext) from a copy of the checkout in
-# build/deb, where the packages land.
+# tooling (debhelper, pg_buildext) from a copy of the checkout in a
+# temporary directory (below); the packages and build.log land in
+# build/deb.
 #
 # The version is written once: default_version in idempotency.control.
 # debian/changelog is made here from it and from that version's section of
