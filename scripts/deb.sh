@@ -78,6 +78,9 @@ say "building $(sed -n 's/^Package: //p' debian/control | tr '\n' ' ')version $v
 # one the caller's PG* variables name (make test's cluster: pg_virtualenv
 # took its port, and a client could reach that server instead)
 unset PGHOST PGPORT PGUSER PGDATABASE PGOPTIONS
+# and UTF-8, as the tests are, also where no locale is set (a fresh
+# debootstrap: initdb under LANG=C made it SQL_ASCII)
+export LC_ALL=C.UTF-8
 rc=0
 dpkg-buildpackage -b -us -uc -j2 >"$top/$out/build.log" 2>&1 || rc=$?
 cd "$top"
