@@ -32,8 +32,15 @@ ISOLATION      = $(filter-out $(ISOLATION_PRELOAD),$(ISOLATION_ALL))
 ISOLATION_OPTS = --inputdir=test --load-extension=$(EXTENSION)
 
 PG_CONFIG ?= pg_config
-PGXS := $(shell $(PG_CONFIG) --pgxs)
+# make demo, test, deb and dist install PostgreSQL first: on a machine that
+# has no pg_config yet they run without PGXS (and without a word about it);
+# the PGXS targets say what is missing
+PGXS := $(shell command -v $(PG_CONFIG) >/dev/null 2>&1 && $(PG_CONFIG) --pgxs)
+ifneq ($(PGXS),)
 include $(PGXS)
+else ifneq ($(filter-out test demo test-under-load bench dist deb,$(or $(MAKECMDGOALS),all)),)
+$(error $(PG_CONFIG) not found: install the server headers (Debian: apt-get install postgresql-server-dev-15), or name one with PG_CONFIG=/path/to/pg_config; make demo and make test install them themselves)
+endif
 
 # every object depends on the shared headers (PGXS tracks no dependencies)
 $(OBJS): $(wildcard src/*.h)
@@ -89,10 +96,9 @@ test-under-load:
 DISTVERSION = $(EXTVERSION)$(if $(word 3,$(subst ., ,$(EXTVERSION))),,.0)
 DIST_DIR ?= .
 DIST_ZIP = $(DIST_DIR)/$(EXTENSION)-$(DISTVERSION).zip
+# (scripts/dist.sh installs git and python3 if they are missing)
 dist:
-	git archive --format=zip --prefix=$(EXTENSION)-$(DISTVERSION)/ -o $(DIST_ZIP) HEAD
-	python3 test/pgxn/meta_test.py $(DIST_ZIP) >/dev/null \
-		|| { python3 test/pgxn/meta_test.py $(DIST_ZIP) | grep '^not ok'; rm -f $(DIST_ZIP); exit 1; }
+	bash scripts/dist.sh '$(DIST_ZIP)' '$(EXTENSION)-$(DISTVERSION)'
 # The Debian packages postgresql-MAJOR-idempotency_VERSION_ARCH.deb, one per
 # installed major, in build/deb (debhelper and pg_buildext; debian/)
 deb:

@@ -55,6 +55,17 @@ ensure_packages() {
         --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# copy_checkout DIR: the checkout's files as they are now (committed or
+# not, ignored ones left out) into DIR; a tree without git (an unpacked
+# make dist archive) is copied whole but for what make deb makes
+copy_checkout() {
+    if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$1"
+    else
+        tar -cf - --exclude=./build --exclude=./debian/control --exclude=./debian/changelog . | tar -xf - -C "$1"
+    fi
+}
+
 # build_and_install: compile as the caller (warnings are errors here, not
 # in a user's own make), install as root.
 build_and_install() {
@@ -75,8 +86,11 @@ build_and_install() {
 # refuses to run as root), else ourselves.
 CLUSTER_OS_USER=$( [ "$(id -u)" -eq 0 ] && echo postgres || id -un )
 
+# (from /: the caller's directory may be one that user cannot enter, such as
+# /root, and PostgreSQL's programs then complain "could not change
+# directory"; every path given is absolute)
 as_cluster_user() {
-    if [ "$(id -u)" -eq 0 ]; then runuser -u "$CLUSTER_OS_USER" -- "$@"; else "$@"; fi
+    if [ "$(id -u)" -eq 0 ]; then (cd / && exec runuser -u "$CLUSTER_OS_USER" -- "$@"); else "$@"; fi
 }
 
 # the install lock, and the register of the servers a run starts

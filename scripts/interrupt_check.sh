@@ -93,6 +93,26 @@ all_alive() { local p; for p in "$@"; do alive "$p" || return 1; done; return 0;
 # soon as its helper sees the run gone (tail --pid looks every second), so
 # allow a generous bound
 lock_free() { flock -w 60 "$IDEM_INSTALL_LOCK" true; }
+# the processes of session $1 (a run's session: start_run's setsid made its
+# leader RUN_PID): their pids, zombies left out.  The servers a run
+# starts are in sessions of their own (pg_ctl, pgbouncer -d).
+session_procs() {
+    cat /proc/[0-9]*/stat 2>/dev/null |
+        awk -v sid="$1" '{ pid = $1; sub(/.*\) /, ""); if ($4 == sid && $1 != "Z") print pid }'
+}
+# nothing of the ended run in session $1 is left: the run's own processes
+# end with it (some, like tail --pid, a second later: generous bound)
+nothing_left() {
+    local until=$((SECONDS + 60)) p
+    while [ "$SECONDS" -lt "$until" ]; do
+        [ -z "$(session_procs "$1")" ] && return 0
+        sleep 0.2
+    done
+    for p in $(session_procs "$1"); do
+        echo "#   left running: $p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
+    done
+    return 1
+}
 lock_taken() { ! flock -n "$IDEM_INSTALL_LOCK" true; }
 no_wait_said() { ! grep -q 'waiting for the install lock' "$work/$1.log"; }
 # run NAME's servers, read once it is ready
@@ -114,6 +134,7 @@ for sig in INT TERM; do
     wait "$RUN_PID" 2>/dev/null
     check "SIG$sig: the run exits with an error status" test $? -ne 0
     check "SIG$sig: the install lock is free" lock_free
+    check "SIG$sig: no process of the run outlives it" nothing_left "$RUN_PID"
     # shellcheck disable=SC2086
     check "SIG$sig: the cluster, the TAP node and PgBouncer are stopped (${PIDS[$name]})" none_alive ${PIDS[$name]}
 done
@@ -129,6 +150,7 @@ if ready timeout; then
     # 5 s and the SIGKILL came (the next run then stops what it left)
     check "timeout -k 5: the run ends with timeout's status 124 or 137 ($rc)" test "$rc" -eq 124 -o "$rc" -eq 137
     check "timeout -k 5: the install lock is free" lock_free
+    check "timeout -k 5: no process of the run outlives it" nothing_left "$RUN_PID"
 else
     check "timeout -k 5: the run started its servers" false; show_log timeout
 fi
@@ -144,6 +166,7 @@ if ready kill; then
     kill -KILL -- "-$RUN_PID"
     wait "$RUN_PID" 2>/dev/null
     check "SIGKILL: the install lock is free" lock_free
+    check "SIGKILL: no process of the run outlives it (its servers aside)" nothing_left "$RUN_PID"
     # shellcheck disable=SC2086
     check "SIGKILL: its servers were left running (${PIDS[kill]})" all_alive ${PIDS[kill]}
 else
@@ -163,6 +186,7 @@ if ready next; then
     # shellcheck disable=SC2086
     check "next run: interrupted in turn, it leaves the lock free and no server" \
         eval 'lock_free && none_alive '"${PIDS[next]}"
+    check "next run: no process of the run outlives it" nothing_left "$RUN_PID"
 else
     check "next run: it started its servers" false; show_log next
 fi
@@ -181,6 +205,7 @@ check "a run that waits for the lock says so, and names the holder (pid $holder)
 check "... by its pid" grep -q "pid $holder" "$work/waiter.log"
 kill -INT -- "-$RUN_PID"
 wait "$RUN_PID"
+check "a waiting run, interrupted: no process of it outlives it" nothing_left "$RUN_PID"
 kill "$holder"
 wait "$holder" 2>/dev/null   # its tail ends with this script
 

@@ -230,21 +230,64 @@ run_pgxn_suite() {
     rm -rf "$dir"
 }
 
-# The Debian package (make deb) from this checkout: dpkg -i onto Debian's
-# PostgreSQL, a new preloaded cluster that loads the packaged library,
-# CREATE EXTENSION from the packaged files and make installcheck against
-# them; then dpkg -r, and every file the package had is gone.  The package
-# installs the paths make install did (this script holds the install lock):
-# the suite runs last and installs the build again when it ends.
+# What a first run on a fresh machine meets, each of which once printed an
+# alarming line on a run that passed or broke a command as printed: the
+# Makefile read before PostgreSQL is installed (make demo and make test
+# install it), the cluster's programs started from a directory their user
+# cannot enter (/root), and the file names in the documentation's commands
+# against the control file's version (test/release/readme_versions_test.py)
+run_fresh_machine_suite() {
+    local goal dir ok bad
+    say "a fresh machine: the Makefile without pg_config, servers started from /root, the documented file names"
+    for goal in demo test deb dist; do
+        if [ -z "$(make -n "$goal" PG_CONFIG=/nonexistent/pg_config 2>&1 >/dev/null)" ]; then
+            passed=$((passed + 1)); say "ok: make $goal reads the Makefile without pg_config, and says nothing about it"
+        else
+            failed=$((failed + 1)); make -n "$goal" PG_CONFIG=/nonexistent/pg_config 2>&1 >/dev/null | sed 's/^/    /'
+        fi
+    done
+    dir=$(mktemp -d)   # 0700: only its owner may enter
+    (cd "$dir" && as_cluster_user "$PG_BINDIR/pg_ctl" -D "$CLUSTER_DIR/data" status) >"$log" 2>&1
+    rmdir "$dir"
+    if grep -q 'is running' "$log" && ! grep -qiE 'could not change directory|permission denied' "$log"; then
+        passed=$((passed + 1)); say "ok: the cluster's programs, started from a directory their user cannot enter, say nothing about it"
+    else
+        failed=$((failed + 1)); sed 's/^/    /' "$log"
+    fi
+    python3 test/release/readme_versions_test.py 2>&1 | tee "$log"
+    ok=$(grep -cE '^ok [0-9]+ ' "$log")
+    bad=$(grep -cE '^not ok [0-9]+ ' "$log")
+    grep -qE '^[0-9]+ passed, [0-9]+ failed$' "$log" || bad=$((bad + 1))
+    passed=$((passed + ok)); failed=$((failed + bad))
+}
+
+# The Debian package (make deb) from a copy of this checkout in a directory
+# the postgres user cannot enter (mktemp -d, 0700, as /root or a private
+# home), with the installcheck Debian's tooling runs during the build (a
+# new server without shared_preload_libraries: make installcheck on a
+# plain server); dpkg -i onto Debian's PostgreSQL, a new preloaded cluster
+# that loads the packaged library, CREATE EXTENSION from the packaged files
+# and make installcheck against them; then dpkg -r, and every file the
+# package had is gone.  The package installs the paths make install did
+# (this script holds the install lock): the suite runs last and installs
+# the build again when it ends.
 run_deb_suite() {
-    local deb files=() f left=0 pkg="postgresql-$PG_MAJOR-idempotency"
+    local copy deb files=() f left=0 pkg="postgresql-$PG_MAJOR-idempotency"
     if [ "$PG_BINDIR" != "/usr/lib/postgresql/$PG_MAJOR/bin" ]; then
         say "Debian package suite skipped: $PG_CONFIG is not Debian's PostgreSQL"
         return
     fi
-    say "Debian package: build, dpkg -i, installcheck against the packaged files, dpkg -r"
-    DEB_BUILD_OPTIONS=nocheck bash scripts/deb.sh || { failed=$((failed + 1)); return; }
-    deb=$(ls build/deb/"${pkg}"_*.deb)
+    say "Debian package: make deb from a directory only its owner may enter, dpkg -i, installcheck against the packaged files, dpkg -r"
+    copy=$(mktemp -d /tmp/idempotency-deb-checkout.XXXXXX) || { failed=$((failed + 1)); return; }
+    run_register tree "$copy"
+    copy_checkout "$copy"
+    if (cd "$copy" && make -s deb) >"$log" 2>&1; then
+        passed=$((passed + 1))
+        say "ok: make deb from a directory of mode $(stat -c %a "$copy"), its installcheck on a plain server included"
+    else
+        failed=$((failed + 1)); cat "$log"; return
+    fi
+    deb=$(ls "$copy"/build/deb/"${pkg}"_*.deb)
     if as_root dpkg -i "$deb" >"$log" 2>&1 && [ -z "$(dpkg --verify "$pkg")" ]; then
         passed=$((passed + 1))
         say "ok: $(basename "$deb") installed, its files unchanged on disk (dpkg --verify)"
@@ -276,6 +319,7 @@ run_deb_suite() {
     fi
     # back to what build_and_install left for whatever runs after
     as_root make -s PG_CONFIG="$PG_CONFIG" install >/dev/null || failed=$((failed + 1))
+    rm -rf "$copy"
 }
 
 # --- client packages (clients/node, clients/python) -----------------------
@@ -449,7 +493,10 @@ hold_until_interrupted() {
         "pidfile $CLUSTER_DIR/pgbouncer/pgbouncer.pid" >"$ready.part"
     mv "$ready.part" "$ready"
     say "holding the servers listed in $ready until interrupted"
-    while :; do sleep 3600 & wait $!; done
+    # a waiter that ends with this shell (a background sleep would ignore
+    # Ctrl-C and outlive it); wait returns on the signal, and the trap runs
+    tail --pid=$$ -f /dev/null &
+    wait $!
 }
 [ -n "${IDEM_TEST_HOLD:-}" ] && hold_until_interrupted "$IDEM_TEST_HOLD"
 
@@ -464,6 +511,7 @@ run_http_suite
 run_java_suite
 run_exporter_suite
 run_pgxn_suite
+run_fresh_machine_suite
 run_node_client_suite
 run_node_outbox_suite
 run_python_outbox_suite

@@ -20,6 +20,9 @@ CREATE FUNCTION pg_temp.expiry_index_scans() RETURNS bigint LANGUAGE sql AS $$
      WHERE indexrelid = 'idempotent_record_expires_at_idx'::regclass $$;
 SET stats_fetch_consistency = none;
 
+-- (LOAD: the setting is defined when the library is loaded, which a server
+-- without shared_preload_libraries has not done yet)
+LOAD 'idempotency';
 SELECT setting AS direct_access FROM pg_settings WHERE name = 'idempotency.direct_access';
 \i sql/include/purge_oldest_first.sql
 
