@@ -1,0 +1,68 @@
+"""The routes the ORM tests drive, written once for the Flask app
+(flask_orders.py) and the FastAPI app (fastapi_orders.py): each gets the
+request's Session and the request's JSON body.  POST /orders places one
+Order through the Session and calls session.commit() (which commits
+nothing before the stored response); {"gate": true} then waits for the
+advisory lock the test holds, between the handler's end and the commit."""
+import json
+
+from sqlalchemy import BigInteger, Column, Text, text
+from sqlalchemy.orm import Session, declarative_base
+
+GATE = 7401
+Base = declarative_base()
+
+
+class Order(Base):
+    __tablename__ = "orders"
+    id = Column(BigInteger, primary_key=True)
+    idempotency_key = Column(Text)
+    tenant = Column(Text)
+    sku = Column(Text)
+
+
+def place(session, key, tenant, body, commit=True):
+    order = Order(idempotency_key=key, tenant=tenant, sku=str(body.get("sku")))
+    session.add(order)
+    if commit:
+        session.commit()  # the ORM's idiom: flushes; the commit comes with the stored response
+    else:
+        session.flush()
+    if body.get("gate"):
+        session.execute(text("SELECT pg_advisory_xact_lock_shared(:gate)"), {"gate": GATE})
+    return order
+
+
+def order(session, key, tenant, body):
+    """-> (status, headers, body) of POST /orders"""
+    o = place(session, key, tenant, body)
+    return 201, {"location": f"/orders/{o.id}"}, json.dumps({"order_id": o.id, "sku": o.sku})
+
+
+def throw(session, key, tenant, body):
+    place(session, key, tenant, body)
+    raise RuntimeError("handler failed after its write")
+
+
+def rollback(session, key, tenant, body):
+    place(session, key, tenant, body, commit=False)
+    session.rollback()  # the flushed order would stay: refused, 500 transaction-ended
+    return 201, {}, "{}"
+
+
+def commit_sql(session, key, tenant, body):
+    place(session, key, tenant, body)
+    session.execute(text("COMMIT"))
+    return 201, {}, "{}"
+
+
+def outside(session, key, tenant, body, engine):
+    """a write through a Session of the engine's own (not the request's),
+    then an error: that write is not in the claim's transaction"""
+    with Session(engine, future=True) as other:
+        other.add(Order(idempotency_key=key, tenant=tenant, sku="outside"))
+        other.commit()
+    raise RuntimeError("handler failed after a write outside the request's transaction")
+
+
+ROUTES = {"/orders": order, "/orders/throw": throw, "/orders/rollback": rollback, "/orders/commit-sql": commit_sql}

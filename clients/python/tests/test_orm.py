@@ -1,0 +1,126 @@
+"""The ORM integrations: Flask + Flask-SQLAlchemy (FlaskIdempotency, under
+gunicorn) and FastAPI with SQLAlchemyIdempotencyMiddleware (under
+uvicorn), directly and through PgBouncer.  The handlers write through
+the request's SQLAlchemy Session (orm_orders.py) and call
+session.commit(), as ORM code does: those writes commit with the stored
+response, or not at all."""
+import http.client
+import json
+import signal
+import threading
+
+import pytest
+
+from helpers import (PORT, TARGETS, Gate, orders_of, post, problem_type, record, sql, start_app, stop_app, unique_key,
+                     until, waiters_at_gate)
+from test_http import concurrently
+
+ORMS = ["flask", "fastapi"]
+APPS = [(f, t, dsn) for f in ORMS for t, dsn in TARGETS]
+
+
+@pytest.fixture(scope="module", params=APPS, ids=[f"{f}-{t}" for f, t, _ in APPS])
+def orm_app(request):
+    framework, _, dsn = request.param
+    proc, url = start_app(framework, dsn, PORT + 8 + APPS.index(request.param))
+    yield url
+    stop_app(proc)
+
+
+def test_session_writes_commit_with_the_stored_response(orm_app):
+    key = unique_key("orm")
+    s1, h1, b1 = post(orm_app, "/orders", key=key, body={"sku": "a"})
+    assert s1 == 201 and "idempotent-replayed" not in h1, b1
+    s2, h2, b2 = post(orm_app, "/orders", key=key, body={"sku": "a"})
+    assert s2 == 201 and h2["idempotent-replayed"] == "true" and b2 == b1 and h2["location"] == h1["location"]
+    assert orders_of([key]) == {key: 1}
+    assert json.loads(b1)["order_id"] == sql("SELECT id FROM orders WHERE idempotency_key = %s", [key])[0][0]
+    assert record(key)[0] == "succeeded"
+    status, _, body = post(orm_app, "/orders", key=key, body={"sku": "b"})
+    assert status == 422 and problem_type(body) == "urn:idempotency:key-reused"
+
+
+def test_answers_before_the_claim(orm_app):
+    assert problem_type(post(orm_app, "/orders", body={"sku": "a"})[2]) == "urn:idempotency:key-missing"
+    assert problem_type(post(orm_app, "/orders", key="tab\there", body={})[2]) == "urn:idempotency:key-invalid"
+    status, _, body = post(orm_app, "/orders", key=unique_key("orm-anon"), body={}, tenant=None)
+    assert status == 403 and problem_type(body) == "urn:idempotency:scope-missing"
+
+
+def test_handler_error_leaves_nothing(orm_app):
+    key = unique_key("orm-throw")
+    assert post(orm_app, "/orders/throw", key=key, body={"sku": "t"})[0] == 500
+    assert orders_of([key]) == {} and record(key) is None
+
+
+@pytest.mark.parametrize("path", ["/orders/rollback", "/orders/commit-sql"])
+def test_session_may_not_end_the_claims_transaction(orm_app, path):
+    key = unique_key("orm-ended")
+    status, headers, body = post(orm_app, path, key=key, body={"sku": "e"})
+    assert status == 500 and headers["content-type"] == "application/problem+json", body
+    assert problem_type(body) == "urn:idempotency:transaction-ended"
+    assert orders_of([key]) == {} and record(key) is None
+
+
+def test_a_write_outside_the_requests_session_is_not_covered(orm_app):
+    """documents what happens: a Session of the engine's own commits by
+    itself, so its write stays although the request failed and stored nothing"""
+    key = unique_key("orm-outside")
+    assert post(orm_app, "/orders/outside", key=key, body={})[0] == 500
+    assert orders_of([key]) == {key: 1} and record(key) is None
+
+
+@pytest.mark.parametrize("framework", ORMS)
+def test_duplicate_storm_on_two_processes_one_effect_one_answer(framework):
+    dsn = TARGETS[-1][1]
+    keys = [unique_key(f"{framework}-orm-storm{i}") for i in range(3)]
+    procs = [start_app(framework, dsn, PORT + 12 + i) for i in range(2)]
+    try:
+        def copy(i, k):
+            return post(procs[i % 2][1], "/orders/wait", key=k, body={"sku": k})
+        answers = concurrently([(lambda i=i, k=k: copy(i, k)) for k in keys for i in range(8)])
+    finally:
+        for proc, _ in procs:
+            stop_app(proc)
+    assert orders_of(keys) == {k: 1 for k in keys}
+    for n, k in enumerate(keys):
+        mine = answers[n * 8:(n + 1) * 8]
+        assert all(status == 201 for status, _, _ in mine), mine
+        assert len({body for _, _, body in mine}) == 1
+        assert sum("idempotent-replayed" not in headers for _, headers, _ in mine) == 1
+
+
+@pytest.mark.parametrize("framework", ORMS)
+def test_kill_9_between_the_handlers_end_and_the_commit(framework):
+    """the handler placed its order and called session.commit(), then waits
+    at the gate: kill -9 leaves neither the order nor the record, and the
+    retry after the restart runs once"""
+    dsn = TARGETS[-1][1]
+    keys = [unique_key(f"{framework}-orm-crash{i}") for i in range(3)]
+    with Gate():
+        proc, url = start_app(framework, dsn, PORT + 12)
+
+        def doomed(k):
+            try:
+                post(url, "/orders", key=k, body={"sku": k, "gate": True})
+            except (OSError, http.client.HTTPException):  # the server is killed mid-answer
+                pass
+        threads = [threading.Thread(target=doomed, args=(k,)) for k in keys]
+        for t in threads:
+            t.start()
+        waiters_at_gate(len(keys))
+        assert orders_of(keys) == {}  # flushed by session.commit(), not committed
+        stop_app(proc, signal.SIGKILL)
+        for t in threads:
+            t.join()
+    until("SELECT count(*) = 0 FROM pg_stat_activity WHERE query LIKE '%%pg_advisory_xact_lock_shared%%'"
+          " AND pid <> pg_backend_pid()")
+    assert orders_of(keys) == {} and all(record(k) is None for k in keys)
+    proc, url = start_app(framework, dsn, PORT + 12)
+    try:
+        answers = [post(url, "/orders", key=k, body={"sku": k, "gate": True}) for k in keys]
+    finally:
+        stop_app(proc)
+    assert all(status == 201 for status, _, _ in answers), answers
+    assert orders_of(keys) == {k: 1 for k in keys}
+    assert all(record(k)[0] == "succeeded" for k in keys)
