@@ -50,6 +50,15 @@ def rollback(session, key, tenant, body):
     return 201, {}, "{}"
 
 
+def savepoint(session, key, tenant, body):
+    """a savepoint rolled back (its order gone), then one order committed"""
+    nested = session.begin_nested()
+    session.add(Order(idempotency_key=key, tenant=tenant, sku="rolled back"))
+    session.flush()
+    nested.rollback()
+    return order(session, key, tenant, body)
+
+
 def commit_sql(session, key, tenant, body):
     place(session, key, tenant, body)
     session.execute(text("COMMIT"))
@@ -65,4 +74,5 @@ def outside(session, key, tenant, body, engine):
     raise RuntimeError("handler failed after a write outside the request's transaction")
 
 
-ROUTES = {"/orders": order, "/orders/throw": throw, "/orders/rollback": rollback, "/orders/commit-sql": commit_sql}
+ROUTES = {"/orders": order, "/orders/throw": throw, "/orders/rollback": rollback, "/orders/commit-sql": commit_sql,
+          "/orders/savepoint": savepoint}

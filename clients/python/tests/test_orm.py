@@ -62,6 +62,14 @@ def test_session_may_not_end_the_claims_transaction(orm_app, path):
     assert orders_of([key]) == {} and record(key) is None
 
 
+def test_savepoints_are_fine(orm_app):
+    key = unique_key("orm-savepoint")
+    status, _, body = post(orm_app, "/orders/savepoint", key=key, body={"sku": "kept"})
+    assert status == 201, body
+    assert sql("SELECT sku FROM orders WHERE idempotency_key = %s", [key]) == [("kept",)]
+    assert record(key)[0] == "succeeded"
+
+
 def test_a_write_outside_the_requests_session_is_not_covered(orm_app):
     """documents what happens: a Session of the engine's own commits by
     itself, so its write stays although the request failed and stored nothing"""
@@ -99,18 +107,19 @@ def test_kill_9_between_the_handlers_end_and_the_commit(framework):
     keys = [unique_key(f"{framework}-orm-crash{i}") for i in range(3)]
     with Gate():
         proc, url = start_app(framework, dsn, PORT + 12)
-
-        def doomed(k):
-            try:
-                post(url, "/orders", key=k, body={"sku": k, "gate": True})
-            except (OSError, http.client.HTTPException):  # the server is killed mid-answer
-                pass
-        threads = [threading.Thread(target=doomed, args=(k,)) for k in keys]
-        for t in threads:
-            t.start()
-        waiters_at_gate(len(keys))
-        assert orders_of(keys) == {}  # flushed by session.commit(), not committed
-        stop_app(proc, signal.SIGKILL)
+        try:
+            def doomed(k):
+                try:
+                    post(url, "/orders", key=k, body={"sku": k, "gate": True})
+                except (OSError, http.client.HTTPException):  # the server is killed mid-answer
+                    pass
+            threads = [threading.Thread(target=doomed, args=(k,)) for k in keys]
+            for t in threads:
+                t.start()
+            waiters_at_gate(len(keys))
+            assert orders_of(keys) == {}  # flushed by session.commit(), not committed
+        finally:
+            stop_app(proc, signal.SIGKILL)
         for t in threads:
             t.join()
     until("SELECT count(*) = 0 FROM pg_stat_activity WHERE query LIKE '%%pg_advisory_xact_lock_shared%%'"
@@ -124,3 +133,37 @@ def test_kill_9_between_the_handlers_end_and_the_commit(framework):
     assert all(status == 201 for status, _, _ in answers), answers
     assert orders_of(keys) == {k: 1 for k in keys}
     assert all(record(k)[0] == "succeeded" for k in keys)
+
+
+def test_round_trips_are_the_claim_the_orms_own_and_the_commit():
+    """on the driver's connection: "BEGIN; claim", the INSERT the ORM sends
+    for session.commit(), "finish; COMMIT", nothing more"""
+    import psycopg2.extensions
+    from sqlalchemy import create_engine
+
+    from helpers import DIRECT, sa_url
+    from orm_orders import Order
+    from pg_idempotency_key.core import Options, Response, fingerprint
+    from pg_idempotency_key.sqlalchemy_flow import SessionFlow
+    sent = []
+
+    class Counting(psycopg2.extensions.cursor):
+        def execute(self, query, params=None):
+            sent.append(query.split("(")[0].strip())
+            return super().execute(query, params)
+
+    engine = create_engine(sa_url(DIRECT), future=True, connect_args={"cursor_factory": Counting})
+    engine.connect().close()  # the dialect's first-connect queries
+    sent.clear()
+
+    def handler(idem):
+        idem.session.add(Order(idempotency_key=idem.key, tenant=idem.scope, sku="rt"))
+        idem.session.commit()
+        return Response(201, [("content-type", "application/json")], b"{}")
+    key = unique_key("orm-round-trips")
+    o = Options(scope="t")
+    answer = SessionFlow(engine).handle(o, (key, "t", fingerprint("POST", "/rt", b"{}", "application/json")), handler)
+    engine.dispose()
+    assert answer.status == 201 and orders_of([key]) == {key: 1}
+    assert sent == ["BEGIN; SELECT outcome, result, fence, recovery_point, extract", "INSERT INTO orders",
+                    "SELECT idem_finish"], sent

@@ -46,10 +46,11 @@ class Idempotency:
         self.detached = False       # the request is over: the session may send nothing more
         conn.info["idempotency"] = self
         self.session = Session(bind=conn, future=True, **session_options)
-        event.listen(self.session, "after_rollback", self._after_rollback)
+        event.listen(self.session, "after_soft_rollback", self._after_rollback)
 
-    def _after_rollback(self, session):
-        self.rolled_back = True
+    def _after_rollback(self, session, previous_transaction):
+        if not previous_transaction.nested:  # a savepoint's rollback is fine
+            self.rolled_back = True
 
     def _close(self):
         self.detached = True
