@@ -74,5 +74,11 @@ def outside(session, key, tenant, body, engine):
     raise RuntimeError("handler failed after a write outside the request's transaction")
 
 
+def conflict(session, key, tenant, body):
+    """its COMMIT fails with 40001 (a deferred trigger), every time"""
+    session.execute(text("INSERT INTO commit_conflict VALUES (:key)"), {"key": key})
+    return order(session, key, tenant, body)
+
+
 ROUTES = {"/orders": order, "/orders/throw": throw, "/orders/rollback": rollback, "/orders/commit-sql": commit_sql,
-          "/orders/savepoint": savepoint}
+          "/orders/savepoint": savepoint, "/orders/conflict": conflict}

@@ -70,6 +70,25 @@ def test_savepoints_are_fine(orm_app):
     assert record(key)[0] == "succeeded"
 
 
+def test_a_conflict_at_commit_runs_again_then_answers_retry(orm_app):
+    key = unique_key("orm-conflict")
+    status, headers, body = post(orm_app, "/orders/conflict", key=key, body={"sku": "c"})
+    assert status == 503 and headers["retry-after"] == "1" and problem_type(body) == "urn:idempotency:retry"
+    assert orders_of([key]) == {} and record(key) is None
+    # retries=3: four runs, each rolled back (the trigger's row too)
+    assert sql("SELECT count(*) FROM commit_conflict WHERE key = %s", [key])[0][0] == 0
+
+
+@pytest.mark.parametrize("framework", ORMS)
+def test_a_database_that_cannot_be_reached_answers_unavailable(framework):
+    proc, url = start_app(framework, f"host=127.0.0.1 port={PORT + 7} dbname=nowhere user=postgres", PORT + 13)
+    try:
+        status, headers, body = post(url, "/orders", key=unique_key("orm-unreachable"), body={"sku": "u"})
+    finally:
+        stop_app(proc)
+    assert status == 503 and headers["retry-after"] == "1" and problem_type(body) == "urn:idempotency:unavailable"
+
+
 def test_a_write_outside_the_requests_session_is_not_covered(orm_app):
     """documents what happens: a Session of the engine's own commits by
     itself, so its write stays although the request failed and stored nothing"""

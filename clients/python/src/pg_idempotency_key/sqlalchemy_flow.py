@@ -15,10 +15,11 @@ ORM would not send without the package."""
 import time
 
 from sqlalchemy import event
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
 from .core import (RETRYABLE, Response, answer_of, answer_of_error, claim_sql, encode_stored, finish_sql,
-                   keeps, not_claimed, response_too_large, sqlstate_of, transaction_ended)
+                   keeps, not_claimed, response_too_large, sqlstate_of, transaction_ended, unavailable)
 from .transaction_control import TransactionEnded, ends_transaction
 
 TOO_LARGE = object()  # what a framework's run gives for a response over max_response_bytes
@@ -141,6 +142,8 @@ class SessionFlow:
         key, scope_name, fp = request
         try:
             conn = self._connect()
+        except PoolTimeout:  # every connection of the engine's pool is taken, past its pool_timeout
+            return unavailable()
         except Exception as exc:
             answer = answer_of_error(exc)
             if answer is None:
