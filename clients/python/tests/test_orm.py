@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from helpers import (PORT, TARGETS, Gate, orders_of, post, problem_type, record, sql, start_app, stop_app, unique_key,
+from helpers import (PORT, framework_of, TARGETS, Gate, orders_of, post, problem_type, record, sql, start_app, stop_app, unique_key,
                      until, waiters_at_gate)
 from test_http import concurrently
 
@@ -94,6 +94,19 @@ def test_a_write_outside_the_requests_session_is_not_covered(orm_app):
     itself, so its write stays although the request failed and stored nothing"""
     key = unique_key("orm-outside")
     assert post(orm_app, "/orders/outside", key=key, body={})[0] == 500
+    assert orders_of([key]) == {key: 1} and record(key) is None
+
+
+def test_django_orm_write_outside_the_requests_transaction_is_not_covered(app, request):
+    """Django's ORM writes in the view go in the claim's transaction (the
+    suite's Django app places its orders with Order.objects.create: replay,
+    storm, throw and kill -9 in test_http.py); a write on another thread has
+    a connection of its own: it commits by itself and stays although the
+    request failed"""
+    if framework_of(request) != "django":
+        pytest.skip("Django's ORM")
+    key = unique_key("django-outside")
+    assert post(app, "/orders/outside", key=key, body={})[0] == 500
     assert orders_of([key]) == {key: 1} and record(key) is None
 
 
