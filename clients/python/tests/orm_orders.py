@@ -80,5 +80,24 @@ def conflict(session, key, tenant, body):
     return order(session, key, tenant, body)
 
 
+stashed = []
+
+
+def stash(session, key, tenant, body):
+    """keeps the request's Session, as a background job might"""
+    stashed.append(session() if callable(session) else session)  # Flask-SQLAlchemy: the scoped proxy's Session
+    return order(session, key, tenant, body)
+
+
+def use_stashed(session, key, tenant, body):
+    """writes through a Session kept from an earlier request: refused"""
+    try:
+        stashed[-1].execute(text("INSERT INTO orders (idempotency_key, sku) VALUES (:key, 'stashed')"), {"key": key})
+    except Exception as exc:
+        return 409, {}, json.dumps({"refused": type(exc).__name__})
+    return 201, {}, "{}"
+
+
 ROUTES = {"/orders": order, "/orders/throw": throw, "/orders/rollback": rollback, "/orders/commit-sql": commit_sql,
-          "/orders/savepoint": savepoint, "/orders/conflict": conflict}
+          "/orders/savepoint": savepoint, "/orders/conflict": conflict,
+          "/orders/stash": stash, "/orders/use-stashed": use_stashed}

@@ -89,6 +89,15 @@ def test_a_database_that_cannot_be_reached_answers_unavailable(framework):
     assert status == 503 and headers["retry-after"] == "1" and problem_type(body) == "urn:idempotency:unavailable"
 
 
+def test_a_session_kept_past_its_request_writes_nothing(orm_app):
+    key = unique_key("orm-stash")
+    assert post(orm_app, "/orders/stash", key=key, body={"sku": "s"})[0] == 201
+    later = unique_key("orm-stashed")
+    status, _, body = post(orm_app, "/orders/use-stashed", key=later, body={})
+    assert status == 409 and json.loads(body)["refused"] == "ResourceClosedError", body  # SQLAlchemy's own
+    assert orders_of([key, later]) == {key: 1}
+
+
 def test_a_write_outside_the_requests_session_is_not_covered(orm_app):
     """documents what happens: a Session of the engine's own commits by
     itself, so its write stays although the request failed and stored nothing"""

@@ -44,7 +44,6 @@ class Idempotency:
         self._conn = conn
         self.ended = False          # the handler sent, or tried to send, COMMIT / ROLLBACK / BEGIN
         self.rolled_back = False    # the handler called session.rollback()
-        self.detached = False       # the request is over: the session may send nothing more
         conn.info["idempotency"] = self
         self.session = Session(bind=conn, future=True, **session_options)
         event.listen(self.session, "after_soft_rollback", self._after_rollback)
@@ -54,19 +53,17 @@ class Idempotency:
             self.rolled_back = True
 
     def _close(self):
-        self.detached = True
+        """the request is over: the Session's connection is closed (SQLAlchemy
+        then refuses its statements: ResourceClosedError)"""
         self.session.close()
 
 
 def _guard(conn, cursor, statement, parameters, context, executemany):
     """before_cursor_execute of the engine: a Session of a request may not
-    end the claim's transaction, nor send anything once the request is over"""
+    end the claim's transaction"""
     handle = conn.info.get("idempotency") if conn is not None else None
     if handle is None:
         return
-    if handle.detached:
-        raise RuntimeError("this request's transaction is over (its connection went back to the pool);"
-                           " a background task opens a Session of its own")
     if handle.ended or ends_transaction(statement):
         handle.ended = True
         raise TransactionEnded()
@@ -201,6 +198,9 @@ class SessionFlow:
             if answer is None:
                 raise
             return answer
+        except BaseException:  # cancelled: nothing of the request commits
+            self._end(conn, handle)
+            raise
         if response is TOO_LARGE:
             self._end(conn, handle)
             return response_too_large(o)
