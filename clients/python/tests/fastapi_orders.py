@@ -8,7 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from sqlalchemy import create_engine
 
-from orm_orders import ROUTES, outside
+from orm_orders import ROUTE_OPTIONS, ROUTES, outside
 from pg_idempotency_key.sqlalchemy_asgi import SQLAlchemyIdempotencyMiddleware
 
 engine = create_engine(os.environ["IDEM_APP_SA_URL"], future=True, pool_size=10)
@@ -21,7 +21,7 @@ def user_of(scope):
 
 
 app.add_middleware(SQLAlchemyIdempotencyMiddleware, engine=engine, scope=user_of,
-                   routes={"/orders/wait": {"wait_for": 300}})
+                   routes=ROUTE_OPTIONS)
 
 
 def endpoint(handler):
@@ -34,5 +34,6 @@ def endpoint(handler):
 
 for path, handler in ROUTES.items():
     app.post(path)(endpoint(handler))
-app.post("/orders/wait")(endpoint(ROUTES["/orders"]))
+for path in ("/orders/wait", "/orders/small"):
+    app.post(path)(endpoint(ROUTES["/orders"]))
 app.post("/orders/outside")(endpoint(lambda s, k, t, b: outside(s, k, t, b, engine)))

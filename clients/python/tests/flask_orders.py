@@ -7,7 +7,7 @@ import os
 from flask import Flask, request
 from flask_sqlalchemy import SQLAlchemy
 
-from orm_orders import ROUTES, Base, outside
+from orm_orders import ROUTE_OPTIONS, ROUTES, Base, outside
 from pg_idempotency_key.flask import FlaskIdempotency
 
 app = Flask(__name__)
@@ -21,7 +21,7 @@ def user_of(req):
     return auth[len("Bearer "):] if auth.startswith("Bearer ") else None
 
 
-FlaskIdempotency(app, db=db, scope=user_of, routes={"/orders/wait": {"wait_for": 300}})
+FlaskIdempotency(app, db=db, scope=user_of, routes=ROUTE_OPTIONS)
 
 
 def view(handler):
@@ -34,6 +34,7 @@ def view(handler):
 
 for path, handler in ROUTES.items():
     app.add_url_rule(path, path, view(handler), methods=["POST"])
-app.add_url_rule("/orders/wait", "/orders/wait", view(ROUTES["/orders"]), methods=["POST"])
+for path in ("/orders/wait", "/orders/small"):
+    app.add_url_rule(path, path, view(ROUTES["/orders"]), methods=["POST"])
 app.add_url_rule("/orders/outside", "/orders/outside",
                  view(lambda s, k, t, b: outside(s, k, t, b, db.engine)), methods=["POST"])

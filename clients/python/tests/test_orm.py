@@ -47,6 +47,32 @@ def test_answers_before_the_claim(orm_app):
     assert status == 403 and problem_type(body) == "urn:idempotency:scope-missing"
 
 
+def test_body_and_response_limits(orm_app):
+    key = unique_key("orm-limits")
+    status, _, body = post(orm_app, "/orders/small", key=key, body={"sku": "x" * 64})
+    assert status == 413 and problem_type(body) == "urn:idempotency:body-too-large"
+    status, _, body = post(orm_app, "/orders/small", key=key, body={"sku": "y" * 40})  # its answer: > 64 bytes
+    assert status == 500 and problem_type(body) == "urn:idempotency:response-too-large"
+    assert orders_of([key]) == {} and record(key) is None
+
+
+def test_duplicate_in_flight_answers_in_progress(orm_app):
+    key = unique_key("orm-in-flight")
+    first = []
+    with Gate():
+        t = threading.Thread(target=lambda: first.append(post(orm_app, "/orders", key=key,
+                                                              body={"sku": "f", "gate": True})))
+        t.start()
+        waiters_at_gate(1)
+        status, headers, body = post(orm_app, "/orders", key=key, body={"sku": "f", "gate": True})
+        assert status == 409 and int(headers["retry-after"]) >= 1
+        assert problem_type(body) == "urn:idempotency:in-progress"
+    t.join()
+    assert first[0][0] == 201
+    assert post(orm_app, "/orders", key=key, body={"sku": "f", "gate": True})[2] == first[0][2]
+    assert orders_of([key]) == {key: 1}
+
+
 def test_handler_error_leaves_nothing(orm_app):
     key = unique_key("orm-throw")
     assert post(orm_app, "/orders/throw", key=key, body={"sku": "t"})[0] == 500

@@ -6,6 +6,7 @@ middlewares.  During the view, Flask-SQLAlchemy's db.session is the
 Session in the claim's transaction (g.idempotency.session without
 Flask-SQLAlchemy)."""
 import io
+from http import HTTPStatus
 
 import flask
 from werkzeug.exceptions import HTTPException
@@ -160,7 +161,6 @@ def _respond(start_response, r):
 
 
 def _reason(status):
-    from http import HTTPStatus
     try:
         return HTTPStatus(status).phrase
     except ValueError:
