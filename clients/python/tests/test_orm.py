@@ -203,34 +203,38 @@ def test_kill_9_between_the_handlers_end_and_the_commit(framework):
 
 
 def test_round_trips_are_the_claim_the_orms_own_and_the_commit():
-    """on the driver's connection: "BEGIN; claim", the INSERT the ORM sends
-    for session.commit(), "finish; COMMIT", nothing more"""
-    import psycopg2.extensions
+    """every statement the server receives on the request's connection
+    (log_statement, sent back to the client as notices), three requests in
+    a row: "BEGIN; claim", the INSERT the ORM sends for session.commit(),
+    "finish; COMMIT" — nothing for the pool's checkout or reset"""
     from sqlalchemy import create_engine
 
     from helpers import DIRECT, sa_url
     from orm_orders import Order
     from pg_idempotency_key.core import Options, Response, fingerprint
     from pg_idempotency_key.sqlalchemy_flow import SessionFlow
-    sent = []
+    received = []
 
-    class Counting(psycopg2.extensions.cursor):
-        def execute(self, query, params=None):
-            sent.append(query.split("(")[0].strip())
-            return super().execute(query, params)
+    class Statements(list):
+        def append(self, notice):
+            received.append(notice.split("statement: ", 1)[-1].split("(")[0].strip())
 
-    engine = create_engine(sa_url(DIRECT), future=True, connect_args={"cursor_factory": Counting})
-    engine.connect().close()  # the dialect's first-connect queries
-    sent.clear()
+    engine = create_engine(sa_url(DIRECT), future=True, pool_size=1, max_overflow=0,
+                           connect_args={"options": "-c log_statement=all -c client_min_messages=log"})
+    with engine.connect() as conn:  # the dialect's first-connect queries
+        conn.connection.dbapi_connection.notices = Statements()
 
     def handler(idem):
         idem.session.add(Order(idempotency_key=idem.key, tenant=idem.scope, sku="rt"))
         idem.session.commit()
         return Response(201, [("content-type", "application/json")], b"{}")
-    key = unique_key("orm-round-trips")
-    o = Options(scope="t")
-    answer = SessionFlow(engine).handle(o, (key, "t", fingerprint("POST", "/rt", b"{}", "application/json")), handler)
+    flow = SessionFlow(engine)
+    keys = [unique_key("orm-round-trips") for _ in range(3)]
+    for key in keys:
+        answer = flow.handle(Options(scope="t"), (key, "t", fingerprint("POST", "/rt", b"{}", "application/json")),
+                             handler)
+        assert answer.status == 201
     engine.dispose()
-    assert answer.status == 201 and orders_of([key]) == {key: 1}
-    assert sent == ["BEGIN; SELECT outcome, result, fence, recovery_point, extract", "INSERT INTO orders",
-                    "SELECT idem_finish"], sent
+    assert orders_of(keys) == {k: 1 for k in keys}
+    assert received == ["BEGIN; SELECT outcome, result, fence, recovery_point, extract", "INSERT INTO orders",
+                        "SELECT idem_finish"] * 3, received

@@ -2,8 +2,8 @@
 future=True or 2.x), with an ORM Session bound to the claim's transaction:
 the framework-independent part of flask.py and sqlalchemy_asgi.py.
 
-One connection of the engine's pool carries the request: it is put in
-AUTOCOMMIT mode, so that the driver sends no BEGIN or COMMIT of its own,
+One connection of the engine's pool carries the request, in
+the driver's autocommit mode, so that it sends no BEGIN or COMMIT of its own,
 and the middleware sends "BEGIN; claim" and "finish; COMMIT" (one round
 trip each, as the psycopg 3 middleware's pipeline does).  The handler's
 Session is bound to that connection: session.commit() flushes and commits
@@ -98,13 +98,23 @@ class SessionFlow:
         raise AssertionError("unreachable")
 
     def _connect(self):
+        """-> a connection of the engine's pool, the driver's autocommit on
+        (psycopg2 sends nothing for it; SQLAlchemy's isolation_level
+        "AUTOCOMMIT" would cost a SET when the pool resets it)"""
         conn = self.engine.connect()
-        try:
-            conn.execution_options(isolation_level="AUTOCOMMIT")
-        except BaseException:
-            conn.close()
-            raise
+        conn.connection.dbapi_connection.autocommit = True
         return conn
+
+    @staticmethod
+    def _close(conn):
+        """gives the connection back to the pool, out of autocommit"""
+        try:
+            dbapi = conn.connection.dbapi_connection
+            if dbapi is not None and not dbapi.closed:
+                dbapi.autocommit = False
+        except Exception:  # a closed or invalidated connection: the pool replaces it
+            pass
+        conn.close()
 
     @staticmethod
     def _send(conn, sql, params=None):
@@ -117,23 +127,19 @@ class SessionFlow:
     def _status(conn):
         return conn.connection.dbapi_connection.info.transaction_status
 
-    def _end(self, conn, handle=None, sql=None):
-        """rolls back (or sends sql) and gives the connection back; a broken
-        connection is thrown away"""
+    def _end(self, conn, handle=None):
+        """rolls back and gives the connection back; a broken connection is
+        thrown away"""
         if handle is not None:
             handle._close()
             conn.info.pop("idempotency", None)
         try:
-            if sql is not None or self._status(conn) != _IDLE:
-                self._send(conn, sql or "ROLLBACK")
+            if self._status(conn) != _IDLE:
+                self._send(conn, "ROLLBACK")
         except Exception as exc:
             if sqlstate_of(exc) and sqlstate_of(exc).startswith("08"):
                 conn.invalidate()
-            conn.close()
-            if sql is not None:
-                raise
-            return
-        conn.close()
+        self._close(conn)
 
     def _attempt(self, o, request, run):
         key, scope_name, fp = request
@@ -152,10 +158,13 @@ class SessionFlow:
             else:
                 claimed = self._claim(o, conn, key, scope_name, fp)
                 if claimed is not None:
+                    self._close(conn)
                     return claimed
+        except _Retry:
+            self._end(conn)
+            raise
         except Exception as exc:
-            if key is None:
-                self._end(conn)
+            self._end(conn)
             answer = answer_of_error(exc)
             if answer is None:
                 raise
@@ -163,7 +172,7 @@ class SessionFlow:
         return self._run(o, conn, Idempotency(conn, key, scope_name, self.session_options), run)
 
     def _claim(self, o, conn, key, scope_name, fp):
-        """-> None once conn holds the claim, or the Response to send (conn given back)"""
+        """-> None once conn holds the claim, or the Response to send"""
         deadline = time.monotonic() + o.wait_for
         sql, params = claim_sql(o, key, scope_name, fp)
         polls = 0
@@ -171,7 +180,6 @@ class SessionFlow:
             try:
                 outcome, result, _, _, retry_after = self._send(conn, "BEGIN; " + sql, params).fetchone()
             except Exception as exc:
-                self._end(conn)
                 if sqlstate_of(exc) in RETRYABLE:
                     raise _Retry(sqlstate_of(exc)) from exc
                 raise
@@ -181,7 +189,6 @@ class SessionFlow:
             answer = not_claimed(o, outcome, result, retry_after, polls, deadline, time.monotonic())
             polls += 1
             if isinstance(answer, Response):
-                conn.close()
                 return answer
             time.sleep(answer)
 
@@ -236,6 +243,6 @@ class SessionFlow:
             if answer is None:
                 raise
             return answer
-        conn.close()
+        self._close(conn)
         return response
 
