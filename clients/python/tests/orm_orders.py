@@ -80,6 +80,15 @@ def conflict(session, key, tenant, body):
     return order(session, key, tenant, body)
 
 
+def raise_sqlstate(session, key, tenant, body):
+    """places an order, then its statement fails with body["sqlstate"]"""
+    place(session, key, tenant, body)
+    code = body["sqlstate"]
+    assert code.isalnum() and len(code) == 5
+    session.execute(text(f"DO $$ BEGIN RAISE EXCEPTION 'raised' USING ERRCODE = '{code}'; END $$"))
+    return 201, {}, "{}"
+
+
 stashed = []
 
 
@@ -102,4 +111,4 @@ def use_stashed(session, key, tenant, body):
 ROUTE_OPTIONS = {"/orders/wait": {"wait_for": 300}, "/orders/small": {"max_body_bytes": 64, "max_response_bytes": 64}}
 ROUTES = {"/orders": order, "/orders/throw": throw, "/orders/rollback": rollback, "/orders/commit-sql": commit_sql,
           "/orders/savepoint": savepoint, "/orders/conflict": conflict,
-          "/orders/stash": stash, "/orders/use-stashed": use_stashed}
+          "/orders/raise": raise_sqlstate, "/orders/stash": stash, "/orders/use-stashed": use_stashed}

@@ -14,6 +14,7 @@ import pytest
 from helpers import (PORT, framework_of, TARGETS, Gate, orders_of, post, problem_type, record, sql, start_app, stop_app, unique_key,
                      until, waiters_at_gate)
 from test_http import concurrently
+from test_requests import test_two_key_header_lines_are_refused as two_key_lines_refused
 
 ORMS = ["flask", "fastapi"]
 APPS = [(f, t, dsn) for f in ORMS for t, dsn in TARGETS]
@@ -45,6 +46,7 @@ def test_answers_before_the_claim(orm_app):
     assert problem_type(post(orm_app, "/orders", key="tab\there", body={})[2]) == "urn:idempotency:key-invalid"
     status, _, body = post(orm_app, "/orders", key=unique_key("orm-anon"), body={}, tenant=None)
     assert status == 403 and problem_type(body) == "urn:idempotency:scope-missing"
+    two_key_lines_refused(orm_app)  # gunicorn joins them with a comma, uvicorn keeps both
 
 
 def test_body_and_response_limits(orm_app):
@@ -103,6 +105,19 @@ def test_a_conflict_at_commit_runs_again_then_answers_retry(orm_app):
     assert orders_of([key]) == {} and record(key) is None
     # retries=3: four runs, each rolled back (the trigger's row too)
     assert sql("SELECT count(*) FROM commit_conflict WHERE key = %s", [key])[0][0] == 0
+
+
+@pytest.mark.parametrize("sqlstate,status,kind", [("25006", 503, "read-only"), ("57014", 503, "unavailable"),
+                                                  ("40P01", 503, "retry"), ("42501", 500, None), ("22023", 500, None)])
+def test_a_database_error_in_the_handler(orm_app, sqlstate, status, kind):
+    """the codes that mean "retry" answer as in every package; the view's
+    own 42501 or 22023 is the framework's 500; nothing committed"""
+    key = unique_key(f"orm-raise-{sqlstate}")
+    got, headers, body = post(orm_app, "/orders/raise", key=key, body={"sqlstate": sqlstate})
+    assert got == status, body
+    if kind:
+        assert problem_type(body) == f"urn:idempotency:{kind}" and headers["retry-after"] == "1"
+    assert orders_of([key]) == {} and record(key) is None
 
 
 @pytest.mark.parametrize("framework", ORMS)
