@@ -34,6 +34,6 @@ def endpoint(handler):
 
 for path, handler in ROUTES.items():
     app.post(path)(endpoint(handler))
-for path in ("/orders/wait", "/orders/small"):
+for path in ("/orders/wait", "/orders/small", "/orders/optional"):
     app.post(path)(endpoint(ROUTES["/orders"]))
 app.post("/orders/outside")(endpoint(lambda s, k, t, b: outside(s, k, t, b, engine)))

@@ -34,7 +34,7 @@ def view(handler):
 
 for path, handler in ROUTES.items():
     app.add_url_rule(path, path, view(handler), methods=["POST"])
-for path in ("/orders/wait", "/orders/small"):
+for path in ("/orders/wait", "/orders/small", "/orders/optional"):
     app.add_url_rule(path, path, view(ROUTES["/orders"]), methods=["POST"])
 app.add_url_rule("/orders/outside", "/orders/outside",
                  view(lambda s, k, t, b: outside(s, k, t, b, db.engine)), methods=["POST"])

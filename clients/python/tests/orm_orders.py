@@ -107,8 +107,9 @@ def use_stashed(session, key, tenant, body):
     return 201, {}, "{}"
 
 
-# /orders/wait and /orders/small place an order as /orders does
-ROUTE_OPTIONS = {"/orders/wait": {"wait_for": 300}, "/orders/small": {"max_body_bytes": 64, "max_response_bytes": 64}}
+# /orders/wait, /orders/small and /orders/optional place an order as /orders does
+ROUTE_OPTIONS = {"/orders/wait": {"wait_for": 300}, "/orders/small": {"max_body_bytes": 64, "max_response_bytes": 64},
+                 "/orders/optional": {"required": False}}
 ROUTES = {"/orders": order, "/orders/throw": throw, "/orders/rollback": rollback, "/orders/commit-sql": commit_sql,
           "/orders/savepoint": savepoint, "/orders/conflict": conflict,
           "/orders/raise": raise_sqlstate, "/orders/stash": stash, "/orders/use-stashed": use_stashed}

@@ -49,6 +49,13 @@ def test_answers_before_the_claim(orm_app):
     two_key_lines_refused(orm_app)  # gunicorn joins them with a comma, uvicorn keeps both
 
 
+def test_optional_key_runs_in_a_transaction_of_its_own(orm_app):
+    sku = unique_key("orm-optional")
+    status, headers, _ = post(orm_app, "/orders/optional", body={"sku": sku})
+    assert status == 201 and "idempotent-replayed" not in headers
+    assert sql("SELECT count(*) FROM orders WHERE sku = %s", [sku])[0][0] == 1
+
+
 def test_body_and_response_limits(orm_app):
     key = unique_key("orm-limits")
     status, _, body = post(orm_app, "/orders/small", key=key, body={"sku": "x" * 64})
