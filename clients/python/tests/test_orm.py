@@ -260,3 +260,37 @@ def test_round_trips_are_the_claim_the_orms_own_and_the_commit():
     assert orders_of(keys) == {k: 1 for k in keys}
     assert received == ["BEGIN; SELECT outcome, result, fence, recovery_point, extract", "INSERT INTO orders",
                         "SELECT idem_finish"] * 3, received
+
+
+def test_flask_without_flask_sqlalchemy_gives_g_idempotency_session():
+    """FlaskIdempotency(engine=...): the view writes on g.idempotency.session
+    (Flask's test client, the suite's database)"""
+    from flask import Flask, g, request
+    from sqlalchemy import create_engine
+
+    from helpers import DIRECT, sa_url
+    from orm_orders import Order
+    from pg_idempotency_key.flask import FlaskIdempotency
+    engine = create_engine(sa_url(DIRECT), future=True)
+    app = Flask("engine_only")
+    ext = FlaskIdempotency(engine=engine, scope="one-service")
+    ext.init_app(app)
+
+    @app.post("/orders")
+    def place():
+        order = Order(idempotency_key=request.headers["Idempotency-Key"], sku="engine-only")
+        g.idempotency.session.add(order)
+        g.idempotency.session.commit()
+        if request.get_json().get("fail"):
+            raise RuntimeError("after its write")
+        return {"order_id": order.id}, 201
+    key, failing = unique_key("flask-engine"), unique_key("flask-engine-fail")
+    client = app.test_client()
+    first = client.post("/orders", json={}, headers={"Idempotency-Key": key})
+    again = client.post("/orders", json={}, headers={"Idempotency-Key": key})
+    assert first.status_code == 201 and again.headers["Idempotent-Replayed"] == "true" and again.data == first.data
+    assert client.post("/orders", json={"fail": True}, headers={"Idempotency-Key": failing}).status_code == 500
+    engine.dispose()
+    assert orders_of([key, failing]) == {key: 1} and record(failing) is None
+    with pytest.raises(ValueError):
+        FlaskIdempotency(scope="s")  # neither db nor engine
