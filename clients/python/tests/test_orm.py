@@ -3,7 +3,8 @@ gunicorn) and FastAPI with SQLAlchemyIdempotencyMiddleware (under
 uvicorn), directly and through PgBouncer.  The handlers write through
 the request's SQLAlchemy Session (orm_orders.py) and call
 session.commit(), as ORM code does: those writes commit with the stored
-response, or not at all."""
+response, or not at all.  The storm over two processes and the kill -9
+also run against the Django app, whose views write through Django's ORM."""
 import http.client
 import json
 import signal
@@ -167,7 +168,7 @@ def test_django_orm_write_outside_the_requests_transaction_is_not_covered(app, r
     assert orders_of([key]) == {key: 1} and record(key) is None
 
 
-@pytest.mark.parametrize("framework", ORMS)
+@pytest.mark.parametrize("framework", ORMS + ["django"])
 def test_duplicate_storm_on_two_processes_one_effect_one_answer(framework):
     dsn = TARGETS[-1][1]
     keys = [unique_key(f"{framework}-orm-storm{i}") for i in range(3)]
@@ -187,11 +188,11 @@ def test_duplicate_storm_on_two_processes_one_effect_one_answer(framework):
         assert sum("idempotent-replayed" not in headers for _, headers, _ in mine) == 1
 
 
-@pytest.mark.parametrize("framework", ORMS)
+@pytest.mark.parametrize("framework", ORMS + ["django"])
 def test_kill_9_between_the_handlers_end_and_the_commit(framework):
-    """the handler placed its order and called session.commit(), then waits
-    at the gate: kill -9 leaves neither the order nor the record, and the
-    retry after the restart runs once"""
+    """the handler placed its order and called session.commit() (Django:
+    Order.objects.create), then waits at the gate: kill -9 leaves neither
+    the order nor the record, and the retry after the restart runs once"""
     dsn = TARGETS[-1][1]
     keys = [unique_key(f"{framework}-orm-crash{i}") for i in range(3)]
     with Gate():
