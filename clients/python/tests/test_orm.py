@@ -172,8 +172,11 @@ def test_django_orm_write_outside_the_requests_transaction_is_not_covered(app, r
 def test_duplicate_storm_on_two_processes_one_effect_one_answer(framework):
     dsn = TARGETS[-1][1]
     keys = [unique_key(f"{framework}-orm-storm{i}") for i in range(3)]
-    procs = [start_app(framework, dsn, PORT + 12 + i) for i in range(2)]
+    procs = []
     try:
+        for i in range(2):
+            procs.append(start_app(framework, dsn, PORT + 12 + i))
+
         def copy(i, k):
             return post(procs[i % 2][1], "/orders/wait", key=k, body={"sku": k})
         answers = concurrently([(lambda i=i, k=k: copy(i, k)) for k in keys for i in range(8)])
