@@ -12,8 +12,8 @@ import threading
 
 import pytest
 
-from helpers import (PORT, framework_of, TARGETS, Gate, orders_of, post, problem_type, record, sql, start_app, stop_app, unique_key,
-                     until, waiters_at_gate)
+from helpers import (PORT, TARGETS, Gate, framework_of, orders_of, post, problem_type, record, sql, start_app,
+                     stop_app, unique_key, until, waiters_at_gate)
 from test_http import concurrently
 from test_requests import test_two_key_header_lines_are_refused as two_key_lines_refused
 

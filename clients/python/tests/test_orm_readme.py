@@ -20,7 +20,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE = os.path.dirname(HERE)
 with open(os.path.join(PACKAGE, "README.md"), encoding="utf-8") as f:
     README = f.read()
-EXAMPLES = re.findall(r"<!-- tested by clients/python/tests/test_orm_readme\.py -->\n```python\n(.*?)\n```", README, re.S)
+MARK = "<!-- tested by clients/python/tests/test_orm_readme.py -->"
+EXAMPLES = re.findall(re.escape(MARK) + r"\n```python\n(.*?)\n```", README, re.S)
 CURL = re.search(r"```sh\n(curl -i -X POST localhost:8000/orders .*?)\n```", README, re.S).group(1)
 
 
