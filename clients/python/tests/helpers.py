@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import psycopg
@@ -146,14 +147,16 @@ def start_app(framework, dsn, port, pool=4, pool_timeout=30):
     """the test application in a server process of its own -> (process, URL):
     asgi_app under uvicorn, or django_orders under gunicorn (threads: Django's
     runserver refuses connections beyond a backlog of 10)"""
-    env = dict(os.environ, IDEM_APP_DSN=dsn, IDEM_APP_POOL=str(pool), IDEM_APP_POOL_TIMEOUT=str(pool_timeout),
+    env = dict(os.environ, IDEM_APP_DSN=dsn, IDEM_APP_SA_URL=sa_url(dsn), IDEM_APP_POOL=str(pool),
+               IDEM_APP_POOL_TIMEOUT=str(pool_timeout),
                DJANGO_SETTINGS_MODULE="django_orders.settings",
                PYTHONPATH=os.pathsep.join([HERE, os.path.join(HERE, "..", "src")]))
-    if framework == "asgi":
-        command = ["-m", "uvicorn", "asgi_app:counted", "--host", "127.0.0.1", "--port", str(port), "--log-level", "error"]
+    if framework in ("asgi", "fastapi"):
+        module = "asgi_app:counted" if framework == "asgi" else "fastapi_orders:app"
+        command = ["-m", "uvicorn", module, "--host", "127.0.0.1", "--port", str(port), "--log-level", "error"]
     else:
         command = ["-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "32",
-                   "--log-level", "error", "django_orders.wsgi"]
+                   "--log-level", "error", "flask_orders:app" if framework == "flask" else "django_orders.wsgi"]
     # a session of its own: kill -9 reaches gunicorn's worker too
     proc = subprocess.Popen([sys.executable, *command], env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -167,6 +170,13 @@ def start_app(framework, dsn, port, pool=4, pool_timeout=30):
                 raise RuntimeError(f"the {framework} server exited")
             time.sleep(0.1)
     raise RuntimeError(f"the {framework} server did not start")
+
+
+def sa_url(dsn):
+    """the SQLAlchemy URL (psycopg2) of a libpq connection string"""
+    p = psycopg.conninfo.conninfo_to_dict(dsn)
+    query = {k: p[k] for k in ("host", "port") if k in p}
+    return f"postgresql+psycopg2://{p.get('user', '')}@/{p['dbname']}?" + urllib.parse.urlencode(query)
 
 
 def stop_app(proc, sig=signal.SIGTERM):

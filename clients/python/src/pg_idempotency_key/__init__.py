@@ -1,6 +1,8 @@
 """Idempotency-Key middleware on the idempotency PostgreSQL extension:
 pg_idempotency_key.asgi.IdempotencyMiddleware (Starlette, FastAPI) and
-pg_idempotency_key.django.IdempotencyMiddleware."""
+pg_idempotency_key.django.IdempotencyMiddleware; with SQLAlchemy sessions,
+pg_idempotency_key.sqlalchemy_asgi.SQLAlchemyIdempotencyMiddleware
+(Starlette, FastAPI) and pg_idempotency_key.flask.FlaskIdempotency."""
 from .core import Options
 
 __all__ = ["Options"]

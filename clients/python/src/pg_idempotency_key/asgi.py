@@ -85,6 +85,37 @@ def routed(routes, scope):
     return any(route.matches(scope)[0] == Match.FULL for route in routes)
 
 
+async def admit(middleware, scope, receive, send):
+    """the checks before a claim, shared by the ASGI middlewares (middleware:
+    app, options, routes) -> (options, body, (key, scope name, fingerprint)),
+    or None once the request was passed on to the application or answered"""
+    if scope["type"] != "http":
+        return await middleware.app(scope, receive, send)
+    o = middleware.routes.get(scope["path"], middleware.options)
+    if "_routes" not in middleware.__dict__:
+        middleware._routes = routes_of(middleware.app)
+    if o is False or scope["method"] not in o.methods or not routed(middleware._routes, scope):
+        return await middleware.app(scope, receive, send)
+    keys = headers(scope, "idempotency-key")
+    refused = check_key(keys, o)
+    if refused:
+        return await send_response(send, refused)
+    key = keys[0] if keys else None
+    scope_name = o.scope_of(scope) if key is not None else None
+    if key is not None and scope_name is None:
+        return await send_response(send, scope_missing())
+    length = header(scope, "content-length")
+    if length is not None and length.isdigit() and int(length) > o.max_body_bytes:
+        return await send_response(send, body_too_large(o))
+    body = await read_body(receive, o.max_body_bytes)
+    if body is None:
+        return None  # the client went away before the body ended: nothing to answer, nothing done
+    if body is TOO_LARGE:
+        return await send_response(send, body_too_large(o))
+    path = scope["path"] + ("?" + scope["query_string"].decode("latin-1") if scope.get("query_string") else "")
+    return o, body, (key, scope_name, fingerprint(scope["method"], path, body, header(scope, "content-type")))
+
+
 class _AppRun:
     """the application running on a request: its response is held back
     (result()); the application (its background tasks) goes on only once
@@ -248,29 +279,10 @@ class IdempotencyMiddleware:
         await self._putconn(conn)
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        o = self.routes.get(scope["path"], self.options)
-        if o is False or scope["method"] not in o.methods or not self._routed(scope):
-            return await self.app(scope, receive, send)
-        keys = headers(scope, "idempotency-key")
-        refused = check_key(keys, o)
-        if refused:
-            return await send_response(send, refused)
-        key = keys[0] if keys else None
-        scope_name = o.scope_of(scope) if key is not None else None
-        if key is not None and scope_name is None:
-            return await send_response(send, scope_missing())
-        length = header(scope, "content-length")
-        if length is not None and length.isdigit() and int(length) > o.max_body_bytes:
-            return await send_response(send, body_too_large(o))
-        body = await read_body(receive, o.max_body_bytes)
-        if body is None:
-            return  # the client went away before the body ended: nothing to answer, nothing done
-        if body is TOO_LARGE:
-            return await send_response(send, body_too_large(o))
-        path = scope["path"] + ("?" + scope["query_string"].decode("latin-1") if scope.get("query_string") else "")
-        request = (key, scope_name, fingerprint(scope["method"], path, body, header(scope, "content-type")))
+        admitted = await admit(self, scope, receive, send)
+        if admitted is None:
+            return
+        o, body, request = admitted
         for attempt in range(o.retries + 1):
             runs = []  # the application's run, if it answered
             try:
@@ -295,11 +307,6 @@ class IdempotencyMiddleware:
                 for run in sent:
                     await run.release()
             return
-
-    def _routed(self, scope):
-        if not hasattr(self, "_routes"):
-            self._routes = routes_of(self.app)
-        return routed(self._routes, scope)
 
     async def _attempt(self, o, scope, body, request, runs):
         key, scope_name, fp = request

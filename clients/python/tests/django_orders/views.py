@@ -3,9 +3,10 @@ transaction handling of their own; the middleware's transaction holds them."""
 import hashlib
 import json
 import os
+import threading
 
 import psycopg
-from django.db import connection
+from django.db import connection, connections
 from django.http import HttpResponse
 from django.views.decorators.http import require_POST
 
@@ -189,10 +190,23 @@ def large(request):
     return HttpResponse(b"x" * 2000, status=200, content_type="application/octet-stream")
 
 
+@require_POST
+def outside(request):
+    """an ORM write on another thread (Django gives it a connection of its
+    own, outside the request's transaction), then an error"""
+    def write():
+        Order.objects.create(idempotency_key=request.idempotency.key, tenant=tenant_of(request), sku="outside")
+        connections.close_all()
+    thread = threading.Thread(target=write)
+    thread.start()
+    thread.join()
+    raise RuntimeError("handler failed after a write outside the request's transaction")
+
+
 ROUTES = {
     "/orders": order, "/orders/optional": order, "/orders/wait": order, "/orders/throw": throw_after_insert,
     "/orders/503": answer_503, "/orders/404": answer_404, "/orders/404-not-stored": answer_404,
     "/orders/conflict": conflict, "/orders/conflict-at-commit": conflict, "/orders/leased": leased, "/binary": binary,
     "/orders/raise": raise_sqlstate, "/orders/end-transaction": end_transaction, "/orders/cookie": cookie, "/orders/upload": upload, "/orders/small": order,
-    "/orders/large": large,
+    "/orders/large": large, "/orders/outside": outside,
 }
