@@ -424,12 +424,13 @@ run_python_outbox_suite() {
 # ASGI middleware under uvicorn and the Django middleware under gunicorn,
 # the SQLAlchemy ones (FastAPI under uvicorn, Flask under gunicorn),
 # directly and through PgBouncer, and of the README's install block (a
-# venv: python3-venv, python3-setuptools); counts pytest's last line.
+# venv: python3-venv, python3-setuptools, python3-wheel); counts pytest's
+# last line.
 run_python_client_suite() {
     local db=idempotency_python bouncer=${IDEM_PYTHON_PGBOUNCER_PORT:-16435} ok bad rc
     say "clients/python (Starlette and FastAPI under uvicorn, Django and Flask under gunicorn), directly and through PgBouncer"
     ensure_packages python3-psycopg python3-psycopg-pool python3-psycopg2 python3-starlette \
-        python3-uvicorn python3-django python3-gunicorn python3-pytest python3-venv python3-setuptools \
+        python3-uvicorn python3-django python3-gunicorn python3-pytest python3-venv python3-setuptools python3-wheel \
         python3-sqlalchemy python3-fastapi python3-flask python3-flask-sqlalchemy \
         && clients_database "$db" "$bouncer" \
         || { failed=$((failed + 1)); return; }
