@@ -23,7 +23,7 @@ endif
 # leaves them out, so it passes against any server; regresscheck and
 # isolationcheck (make test, on the preloaded server it starts) run them all.
 REGRESS_PRELOAD   = prepared_transaction_guard stats wait_for_outcome
-ISOLATION_PRELOAD = stats_waits wait_for_outcome
+ISOLATION_PRELOAD = stats_messaging stats_waits wait_for_outcome
 REGRESS_ALL    = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 ISOLATION_ALL  = $(patsubst test/specs/%.spec,%,$(sort $(wildcard test/specs/*.spec)))
 REGRESS        = $(filter-out $(REGRESS_PRELOAD),$(REGRESS_ALL))

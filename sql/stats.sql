@@ -149,3 +149,105 @@ SELECT c.nodes, c.claims = s.claims AS claims_equal,
        c.stats_reset = s.stats_reset AS reset_equal
   FROM idempotency_cluster_stats() c, idempotency_stats s;
 TRUNCATE idempotent_record;
+
+-- Messaging (1.4).  The outbox's counters count what committed, as the
+-- table does: an enqueue rolled back, or rolled back to a savepoint,
+-- publishes nothing and counts nothing
+\set messaging 'SELECT outbox_enqueued AS enqueued, outbox_sent AS sent, inbox_duplicates AS duplicates, replays FROM idempotency_stats'
+TRUNCATE idempotency_outbox;
+SELECT idem_stats_reset();
+BEGIN;
+SELECT count(idem_outbox_enqueue('orders', '{}')) FROM generate_series(1, 5);
+:messaging;
+ROLLBACK;
+:messaging;
+BEGIN;
+SELECT count(idem_outbox_enqueue('orders', '{}', message_id => ('00000000-0000-4000-8000-00000000000' || n)::uuid))
+  FROM generate_series(1, 2) AS n;
+SAVEPOINT s;
+SELECT count(idem_outbox_enqueue('orders', '{}')) FROM generate_series(1, 3);
+ROLLBACK TO SAVEPOINT s;
+SAVEPOINT t;
+SELECT idem_outbox_enqueue('orders', '{}', message_id => '00000000-0000-4000-8000-000000000003');
+RELEASE SAVEPOINT t;
+COMMIT;
+DO $$ BEGIN
+    PERFORM idem_outbox_enqueue('orders', '{}');
+    RAISE EXCEPTION 'the handler failed';
+EXCEPTION WHEN raise_exception THEN NULL;	-- its subtransaction rolls back
+END $$;
+SELECT idem_outbox_enqueue('orders', '{}', message_id => '00000000-0000-4000-8000-000000000001');
+-- (a duplicate ID: 23505, nothing counted)
+:sqlstate
+:messaging;
+SELECT count(*) AS in_outbox FROM idempotency_outbox;
+
+-- a prepared transaction counts when it is prepared, whatever follows
+BEGIN;
+SELECT count(idem_outbox_enqueue('orders', '{}'));
+PREPARE TRANSACTION 'regress_idem_outbox';
+SELECT outbox_enqueued FROM idempotency_stats;
+ROLLBACK PREPARED 'regress_idem_outbox';
+SELECT outbox_enqueued FROM idempotency_stats;
+
+-- relay lag: the oldest pending message's age, a gauge read from the
+-- table (its enqueue moved 10 s back here); the seconds from enqueue to
+-- mark add up in outbox_send_lag_seconds_sum for every message marked
+UPDATE idempotency_outbox SET created_at = created_at - interval '10 seconds';
+SELECT outbox_lag_seconds BETWEEN 10 AND 3600 AS lag_10s_or_more FROM idempotency_stats;
+SELECT array_agg(message_id) AS ids, max(fence) AS fence FROM idem_outbox_claim(2, '1 hour') \gset
+BEGIN;
+SELECT idem_outbox_mark_sent(:'ids', :fence);
+ROLLBACK;
+:messaging;
+SELECT idem_outbox_mark_sent(:'ids', :fence);
+SELECT idem_outbox_mark_sent(:'ids', :fence);	-- repeated: marks 0, counts 0
+\set VERBOSITY sqlstate
+SELECT idem_outbox_mark_sent(:'ids', :fence - 1);	-- stale fence (its number varies)
+\set VERBOSITY default
+:messaging;
+SELECT stale_fences, outbox_send_lag_seconds_sum BETWEEN 20 AND 7200 AS two_lags_of_10s_or_more,
+       outbox_lag_seconds BETWEEN 10 AND 3600 AS one_still_pending
+  FROM idempotency_stats;
+-- a failed publish is not a send
+SELECT message_id AS id, fence FROM idem_outbox_claim(1, '1 hour') \gset
+SELECT idem_outbox_mark_failed(:'id', :fence, 'nack');
+UPDATE idempotency_outbox SET available_at = available_at - interval '1 minute';	-- its retry is due
+SELECT message_id AS id, fence FROM idem_outbox_claim(1, '1 hour') \gset
+SELECT idem_outbox_mark_sent(ARRAY[:'id']::uuid[], :fence);
+SELECT outbox_sent, outbox_lag_seconds AS nothing_pending FROM idempotency_stats;
+
+-- the inbox: every idem_once that answers false is a delivery refused
+-- (also a replay), counted at the call, as the consumer rolls back after
+-- it; a replay of idem_claim is not
+SELECT idem_once('m-1', scope => 'inbox:billing') AS first;
+BEGIN;
+SELECT idem_once('m-1', scope => 'inbox:billing') AS redelivered;
+ROLLBACK;
+SELECT idem_once('m-1', scope => 'inbox:billing') AS redelivered;
+SELECT idem_once('m-2', scope => 'inbox:billing') AS first;
+BEGIN;
+SELECT outcome FROM idem_claim('rpc-1', scope => 'inbox:rpc');
+SELECT idem_finish('rpc-1', '{"reply": 1}', scope => 'inbox:rpc');
+COMMIT;
+SELECT outcome FROM idem_claim('rpc-1', scope => 'inbox:rpc');
+:messaging;
+
+-- idempotency_cluster_stats() has them too; the reset zeroes them; the
+-- function behind them is pg_monitor's
+SELECT c.outbox_enqueued = s.outbox_enqueued AND c.outbox_sent = s.outbox_sent
+       AND c.outbox_send_lag_seconds_sum = s.outbox_send_lag_seconds_sum
+       AND c.inbox_duplicates = s.inbox_duplicates AS same_as_view,
+       c.outbox_lag_seconds AS lag
+  FROM idempotency_cluster_stats() c, idempotency_stats s;
+SELECT idem_stats_reset();
+SELECT outbox_enqueued, outbox_sent, outbox_send_lag_seconds_sum, inbox_duplicates
+  FROM idempotency_stats;
+CREATE ROLE regress_idem_nobody;
+SET ROLE regress_idem_nobody;
+SELECT outbox_sent FROM idem_messaging_stats();
+:sqlstate
+RESET ROLE;
+SELECT has_function_privilege('pg_monitor', 'idem_messaging_stats()', 'EXECUTE') AS monitor_may_read;
+DROP ROLE regress_idem_nobody;
+TRUNCATE idempotent_record, idempotency_outbox;

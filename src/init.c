@@ -91,6 +91,7 @@ _PG_init(void)
 	idem_claims_register_callbacks();
 	idem_store_register_callbacks();	/* nested store brackets, table lookup */
 	idem_stats_init();			/* shared counters, when preloaded */
+	idem_stats_commit_register_callbacks(); /* counts of committed work */
 	idem_outcome_wait_init();	/* wakeups of wait_for_outcome, when preloaded */
 	idem_citus_commit_init();	/* IK004 refused on another Citus node */
 }

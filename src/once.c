@@ -75,5 +75,8 @@ idem_once(PG_FUNCTION_ARGS)
 	idem_store_end();
 
 	idem_count(first ? IDEM_COUNT_CLAIMS : IDEM_COUNT_REPLAYS);
+	/* a delivery refused: counted now, as the consumer rolls back after it */
+	if (!first)
+		idem_count(IDEM_COUNT_INBOX_DUPLICATES);
 	PG_RETURN_BOOL(first == 1);
 }

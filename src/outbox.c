@@ -95,7 +95,8 @@ static const SavedPlanDef outbox_plan_defs[NUM_OUTBOX_PLANS] = {
 	[OUTBOX_PLAN_MARK_SENT] = {
 		"UPDATE ONLY %1$s SET status = 'sent', sent_at = $3, expires_at = $4,"
 		" locked_until = NULL"
-		" WHERE message_id" EQ "ANY ($1) AND" HELD_BY("$2"),
+		" WHERE message_id" EQ "ANY ($1) AND" HELD_BY("$2")
+		" RETURNING created_at",
 		4, {UUIDARRAYOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	/* after MARK_SENT: a message of the list not sent under the fence */
@@ -262,6 +263,7 @@ idem_outbox_enqueue(PG_FUNCTION_ARGS)
 	outbox_begin(&call, fcinfo->flinfo->fn_oid, scope);
 	outbox_exec(&call, OUTBOX_PLAN_ENQUEUE, values, NULL, SPI_OK_INSERT);
 	outbox_end(&call);
+	idem_count_at_commit(IDEM_COUNT_OUTBOX_ENQUEUED, 1);
 	PG_RETURN_DATUM(values[0]);
 }
 
@@ -338,6 +340,7 @@ idem_outbox_mark_sent(PG_FUNCTION_ARGS)
 	TimestampTz now = GetCurrentTimestamp();
 	Datum		values[4];
 	uint64		marked;
+	uint64		lag_us = 0;
 	OutboxCall	call;
 
 	idem_require_arg(fcinfo, 0, "message_ids", "idem_outbox_mark_sent");
@@ -353,7 +356,17 @@ idem_outbox_mark_sent(PG_FUNCTION_ARGS)
 	values[3] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, (int64) idem_default_ttl * 1000));
 
 	outbox_begin(&call, fcinfo->flinfo->fn_oid, NULL);
-	marked = outbox_exec(&call, OUTBOX_PLAN_MARK_SENT, values, NULL, SPI_OK_UPDATE);
+	marked = outbox_exec(&call, OUTBOX_PLAN_MARK_SENT, values, NULL,
+						 SPI_OK_UPDATE_RETURNING);
+	/* the relay lag of each message marked: its time from enqueue to mark */
+	for (uint64 i = 0; i < marked; i++)
+	{
+		bool		isnull;
+		TimestampTz created = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i],
+																SPI_tuptable->tupdesc, 1, &isnull));
+
+		lag_us += (uint64) Max(now - created, 0);
+	}
 	if (outbox_exec(&call, OUTBOX_PLAN_FIRST_NOT_HELD, values, NULL, SPI_OK_SELECT) == 1)
 	{
 		bool		isnull;
@@ -363,6 +376,8 @@ idem_outbox_mark_sent(PG_FUNCTION_ARGS)
 						   PG_GETARG_INT64(1));
 	}
 	outbox_end(&call);
+	idem_count_at_commit(IDEM_COUNT_OUTBOX_SENT, marked);
+	idem_count_at_commit(IDEM_COUNT_OUTBOX_SEND_LAG_US, lag_us);
 	PG_RETURN_INT32((int32) marked);
 }
 

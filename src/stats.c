@@ -14,7 +14,8 @@
  * business.  The view reads the current database's slot only.
  *
  * Counters are not transactional (like pg_stat_statements' calls): a claim
- * counted in a transaction that later rolls back stays counted.
+ * counted in a transaction that later rolls back stays counted.  The
+ * outbox's, which count messages, wait for the commit (stats_commit.c).
  *
  * The time duplicates waited is a histogram in the same slot, in the shape
  * Prometheus reads (postgres_exporter's HISTOGRAM columns): fixed upper
@@ -209,6 +210,16 @@ idem_count_n(IdemCounter c, uint64 n)
 		pg_atomic_fetch_add_u64(&slot->counters[c], n);
 }
 
+/*
+ * Whether the current database's counters exist (taking its slot if it has
+ * none yet): stats_commit.c asks while the catalog may be read
+ */
+bool
+idem_stats_slot_ready(void)
+{
+	return database_slot(true) != NULL;
+}
+
 /* Add one to counter c; a no-op without a slot */
 void
 idem_count(IdemCounter c)
@@ -282,21 +293,21 @@ Datum
 idem_stats(PG_FUNCTION_ARGS)
 {
 	TupleDesc	desc;
-	Datum		values[IDEM_NUM_COUNTERS + 1];
-	bool		nulls[IDEM_NUM_COUNTERS + 1] = {false};
+	Datum		values[IDEM_NUM_STATS_COUNTERS + 1];
+	bool		nulls[IDEM_NUM_STATS_COUNTERS + 1] = {false};
 
 	IdemDatabaseStats *slot = require_database_slot();
 
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "idem_stats must return a composite type");
-	if (desc->natts != IDEM_NUM_COUNTERS + 1)
+	if (desc->natts != IDEM_NUM_STATS_COUNTERS + 1)
 		elog(ERROR, "idem_stats returns %d columns, the library has %d counters",
-			 desc->natts, IDEM_NUM_COUNTERS + 1);
+			 desc->natts, IDEM_NUM_STATS_COUNTERS + 1);
 
-	for (int i = 0; i < IDEM_NUM_COUNTERS; i++)
+	for (int i = 0; i < IDEM_NUM_STATS_COUNTERS; i++)
 		values[i] = Int64GetDatum((int64)
 								  pg_atomic_read_u64(&slot->counters[i]));
-	values[IDEM_NUM_COUNTERS] =
+	values[IDEM_NUM_STATS_COUNTERS] =
 		TimestampTzGetDatum((TimestampTz) pg_atomic_read_u64(&slot->reset_at));
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc),
@@ -348,6 +359,36 @@ idem_wait_stats(PG_FUNCTION_ARGS)
 												TYPALIGN_DOUBLE));
 	values[3] = Float8GetDatum(pg_atomic_read_u64(&slot->wait_us_sum) / 1000000.0);
 	values[4] = Int64GetDatum((int64) count);
+
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc),
+													  values, nulls)));
+}
+
+/*
+ * idem_messaging_stats() RETURNS (outbox_enqueued bigint, outbox_sent
+ *								   bigint, outbox_send_lag_seconds_sum
+ *								   float8, inbox_duplicates bigint)
+ *	  The messaging counters of the current database (from version 1.4; the
+ *	  idempotency_stats view appends them): messages enqueued and marked
+ *	  sent by committed transactions, the seconds from enqueue to mark of
+ *	  those sent, and idem_once calls that answered false.  Errors: 55000
+ *	  library not preloaded, or no slot for the database.
+ */
+PG_FUNCTION_INFO_V1(idem_messaging_stats);
+Datum
+idem_messaging_stats(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	Datum		values[4];
+	bool		nulls[4] = {false};
+	IdemDatabaseStats *slot = require_database_slot();
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "idem_messaging_stats must return a composite type");
+	values[0] = Int64GetDatum((int64) pg_atomic_read_u64(&slot->counters[IDEM_COUNT_OUTBOX_ENQUEUED]));
+	values[1] = Int64GetDatum((int64) pg_atomic_read_u64(&slot->counters[IDEM_COUNT_OUTBOX_SENT]));
+	values[2] = Float8GetDatum(pg_atomic_read_u64(&slot->counters[IDEM_COUNT_OUTBOX_SEND_LAG_US]) / 1000000.0);
+	values[3] = Int64GetDatum((int64) pg_atomic_read_u64(&slot->counters[IDEM_COUNT_INBOX_DUPLICATES]));
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc),
 													  values, nulls)));

@@ -177,9 +177,26 @@ ctl.execute("""INSERT INTO idempotent_record (key, status, fence, created_at, up
                  FROM generate_series(1, 3) AS i""")
 check(outcome(ctl, "SELECT idem_purge()") == 3, "purge deletes the three expired records")
 
+# messaging: 3 enqueues committed, 2 rolled back; 2 of them sent after
+# their enqueue was moved 5 s back (a lag of at least 10 s in all), the
+# third left pending 30 s back (the gauge); a delivery and its redelivery
+ctl.execute("TRUNCATE idempotency_outbox")
+with a.transaction():
+    a.execute("SELECT idem_outbox_enqueue('orders', '{}') FROM generate_series(1, 3)")
+a.execute("BEGIN")
+a.execute("SELECT idem_outbox_enqueue('orders', '{}') FROM generate_series(1, 2)")
+a.execute("ROLLBACK")
+ctl.execute("UPDATE idempotency_outbox SET created_at = created_at - interval '5 seconds'")
+ids, fence = b.execute("SELECT array_agg(message_id), max(fence) FROM idem_outbox_claim(2)").fetchone()
+check(outcome(b, "SELECT idem_outbox_mark_sent(%s, %s)", (ids, fence)) == 2, "two messages marked sent")
+ctl.execute("UPDATE idempotency_outbox SET created_at = created_at - interval '25 seconds' "
+            "WHERE status = 'pending'")
+check([outcome(b, "SELECT idem_once('msg-1', scope => 'inbox:billing')") for _ in range(2)]
+      == [True, False], "a delivery, then its redelivery refused by the inbox")
+
 expected = {
-    "idempotency_claims_total": 3 + 1 + 1 + 2 + 1 + 1,   # new, failed, w-1, l-1/l-2, t-1, takeover
-    "idempotency_replays_total": 2 + 1 + 1,
+    "idempotency_claims_total": 3 + 1 + 1 + 2 + 1 + 1 + 1,   # new, failed, w-1, l-1/l-2, t-1, takeover, msg-1
+    "idempotency_replays_total": 2 + 1 + 1 + 1,
     "idempotency_in_progress_total": 1 + 1,
     "idempotency_waits_total": 1,
     "idempotency_outcome_waits_total": 2,
@@ -192,12 +209,16 @@ expected = {
     "idempotency_tokens_refused_total": 1,
     "idempotency_rows_purged_total": 3,
     "idempotency_wait_seconds_count": 3,
+    "idempotency_outbox_enqueued_total": 3,
+    "idempotency_outbox_sent_total": 2,
+    "idempotency_inbox_duplicates_total": 1,
 }
 metrics, datnames = scrape()
 check(datnames == {'datname="%s"' % outcome(ctl, "SELECT current_database()")},
       "every metric is labelled with the exporter's database: " + " ".join(sorted(datnames)))
 covered = set(expected) | {"idempotency_stats_reset_seconds", "idempotency_wait_seconds_bucket",
-                           "idempotency_wait_seconds_sum"}
+                           "idempotency_wait_seconds_sum", "idempotency_outbox_send_lag_seconds_total",
+                           "idempotency_outbox_lag_seconds"}
 check({m.split("{")[0] for m in metrics} == covered,
       "the exporter shows every metric checked here, and no other: "
       + " ".join(sorted({m.split("{")[0] for m in metrics} ^ covered)))
@@ -207,6 +228,14 @@ for name, value in expected.items():
 reset = outcome(ctl, "SELECT extract(epoch FROM stats_reset) FROM idempotency_stats")
 check(metrics.get("idempotency_stats_reset_seconds") == float(reset),
       "idempotency_stats_reset_seconds is the view's stats_reset")
+
+# relay lag: the two sent waited at least 5 s each from enqueue to mark;
+# the pending one is at least 30 s old (an hour bounds both: no clock jump)
+lag_sum = metrics.get("idempotency_outbox_send_lag_seconds_total")
+check(lag_sum is not None and 10 <= lag_sum < 7200,
+      f"idempotency_outbox_send_lag_seconds_total >= 10 (scraped {lag_sum})")
+lag = metrics.get("idempotency_outbox_lag_seconds")
+check(lag is not None and 30 <= lag < 3600, f"idempotency_outbox_lag_seconds >= 30 (scraped {lag})")
 
 # the histogram: each bucket as the view has it; by bound, none of the
 # three waits within 1 s, all within 60 s; +Inf is the count; the sum at
