@@ -91,6 +91,13 @@ const queued = async (queue) => (await adminChannel.checkQueue(queue)).messageCo
 const effects = (queue) => count('SELECT count(*) FROM outbox_effects WHERE queue = $1', [queue]);
 const distinctEffects = (queue) => count('SELECT count(DISTINCT message_id) FROM outbox_effects WHERE queue = $1', [queue]);
 const unsent = () => count("SELECT count(*) FROM idempotency_outbox WHERE status <> 'sent'");
+// the extension's messaging counters (idempotency_stats, the library is
+// preloaded in make test), zeroed at the start of the tests that check them
+const resetCounters = () => pool.query('SELECT idem_stats_reset()');
+async function counters() {
+  const { rows } = await pool.query('SELECT outbox_enqueued, outbox_sent, inbox_duplicates FROM idempotency_stats');
+  return Object.fromEntries(Object.entries(rows[0]).map(([k, v]) => [k, Number(v)]));
+}
 
 async function enqueue(queue, payload, { rollback = false } = {}) {
   const client = await pool.connect();
@@ -136,6 +143,7 @@ test('messages of transactions that roll back are never published', async (t) =>
 test('a relay killed between the broker\'s confirm and its mark: published again, the effect happens once', async (t) => {
   t.after(stopAll);
   const queue = await freshQueue('relay-kill');
+  await resetCounters();
   const id = await enqueue(queue, { n: 1 });
   const r = child('relay', queue, 'confirmed');
   await r.reached;
@@ -155,6 +163,8 @@ test('a relay killed between the broker\'s confirm and its mark: published again
   await until('both deliveries settled', async () => c.stats.handled + c.stats.duplicates === 2 && (await queued(queue)) === 0);
   assert.equal(await effects(queue), 1, 'one effect');
   assert.deepEqual({ ...c.stats }, { handled: 1, duplicates: 1, requeued: 0, rejected: 0 }, 'the second copy was acked as a duplicate');
+  assert.deepEqual(await counters(), { outbox_enqueued: 1, outbox_sent: 1, inbox_duplicates: 1 },
+    'idempotency_stats: one message, sent once (the killed relay never marked), one duplicate refused by the inbox');
 });
 
 test('a consumer killed in its handler: redelivered, the effect happens once', async (t) => {
@@ -234,6 +244,7 @@ test('a storm: two relays, two consumers, N committed producer transactions give
   t.after(stopAll);
   const queue = await freshQueue('storm');
   await pool.query('TRUNCATE outbox_orders');
+  await resetCounters();
   relay({ batchSize: 7 }).start();
   relay({ batchSize: 7 }).start();
   const consumers = [consumer(queue, { prefetch: 5 }), consumer(queue, { prefetch: 5 })];
@@ -256,4 +267,8 @@ test('a storm: two relays, two consumers, N committed producer transactions give
   const rows = (await pool.query('SELECT message_id FROM outbox_effects WHERE queue = $1', [queue])).rows;
   assert.deepEqual(rows.map((r) => r.message_id).sort(), [...committed].sort(), 'each committed message once, no rolled-back one');
   assert.ok(consumers.every((c) => c.stats.handled > 0), 'both consumers worked');
+  assert.deepEqual(await counters(), {
+    outbox_enqueued: committed.length, outbox_sent: committed.length,
+    inbox_duplicates: consumers.reduce((sum, c) => sum + c.stats.duplicates, 0),
+  }, 'idempotency_stats: the committed messages enqueued and sent (no rolled-back one), the duplicates the consumers acked');
 });
