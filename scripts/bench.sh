@@ -12,11 +12,13 @@
 #                         [--threads N] [--duration S] [--runs N]
 #                         [--records N,N...] [--b6-records N] [--replay-keys N]
 #                         [--purge-rows N] [--protocol prepared|extended]
-#                         [--part all|base|http|sizes]
+#                         [--part all|base|http|sizes|outbox]
+#                         [--outbox-messages N]
 #   make bench BENCH_ARGS="--runs 5 --duration 20"
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/cluster.sh
+. scripts/rabbitmq.sh
 
 CLIENTS=8            # B1, B2, B4, B5 clients (pgbench -c)
 HOT_CLIENTS=32       # B3 clients
@@ -29,11 +31,12 @@ B6_RECORDS=200000    # B6 records made or inserted per table
 REPLAY_KEYS=10000    # B2 finished keys (base part)
 PURGE_ROWS=200000    # B5 expired records to purge
 PROTOCOL=prepared    # pgbench -M
-PART=all             # base (every row at the base size), sizes (the size axis) or all
+PART=all             # base (every row at the base size), sizes (the size axis), http (B9), outbox (B11) or all
+OUTBOX_MESSAGES=2000 # B11 messages per run and variant
 REDIS_PORT=${IDEM_REDIS_PORT:-56379}
 DB=idem_bench
 
-usage() { sed -n '11,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '11,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
         --clients) CLIENTS=$2 ;;
@@ -48,6 +51,7 @@ while [ $# -gt 0 ]; do
         --replay-keys) REPLAY_KEYS=$2 ;;
         --purge-rows) PURGE_ROWS=$2 ;;
         --protocol) PROTOCOL=$2 ;;
+        --outbox-messages) OUTBOX_MESSAGES=$2 ;;
         *) usage ;;
     esac
     [ $# -ge 2 ] || usage
@@ -56,12 +60,12 @@ done
 # simple is not offered: pgbench pastes variables into the SQL text there,
 # and the scripts pass text values (run tags, keys) as parameters
 [[ $PROTOCOL =~ ^(prepared|extended)$ ]] || { say "--protocol must be prepared or extended"; usage; }
-for v in CLIENTS HOT_CLIENTS HOT_KEYS THREADS DURATION RUNS B6_RECORDS REPLAY_KEYS PURGE_ROWS; do
+for v in CLIENTS HOT_CLIENTS HOT_KEYS THREADS DURATION RUNS B6_RECORDS REPLAY_KEYS PURGE_ROWS OUTBOX_MESSAGES; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { say "$v must be a positive integer"; usage; }
 done
 [[ $SIZES =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { say "--records must be positive integers separated by commas"; usage; }
 IFS=, read -r -a SIZE_LIST <<<"$SIZES"
-[[ $PART =~ ^(all|base|http|sizes)$ ]] || { say "--part must be all, base, http or sizes"; usage; }
+[[ $PART =~ ^(all|base|http|sizes|outbox)$ ]] || { say "--part must be all, base, http, sizes or outbox"; usage; }
 part() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
 
 ensure_packages "${IDEM_PACKAGES[@]}" redis-server python3-redis python3-psycopg "${JAVA_PACKAGES[@]}" || exit 1
@@ -591,6 +595,50 @@ part http && { bench_http_middlewares || FAILED_ROWS+=(b9); }
 # --- end of B9 -------------------------------------------------------------
 
 # ---------------------------------------------------------------------------
+# B11: messages per second end to end, producer transaction -> relay ->
+# RabbitMQ -> consumer effect, with clients/node's outbox relay and inbox
+# consumer (bench/outbox/outbox_bench.js) against a plain publish after the
+# commit and a consumer with automatic acks (no guarantee), alternated per
+# run; $CLIENTS producers, one relay (batches of 100), one consumer
+# (prefetch 50), pg pool 20.  The broker: Debian's rabbitmq-server started
+# as scripts/rabbitmq.sh does, on IDEM_RABBITMQ_PORT, stopped at the end.
+B11_PORT=${IDEM_RABBITMQ_PORT:-16436}
+bench_outbox() {
+    local dir=$CLUSTER_DIR/rabbitmq v out
+    say "B11: outbox -> relay -> RabbitMQ -> inbox consumer against a plain publish and consume," \
+        "$OUTBOX_MESSAGES messages per run, $CLIENTS producers"
+    { command -v npm >/dev/null || ensure_packages nodejs npm; } && ensure_packages rabbitmq-server \
+        && (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
+        && createdb idem_bench_outbox \
+        && psql -X -q -v ON_ERROR_STOP=1 -d idem_bench_outbox -c 'CREATE EXTENSION idempotency' \
+            -c 'CREATE TABLE bench_outbox_order (n int PRIMARY KEY)' \
+            -c 'CREATE TABLE bench_outbox_effect (n int NOT NULL, message_id text NOT NULL)' \
+        || return 1
+    server_register "$dir/rabbitmq.pid" beam.smp
+    server_register "$dir/epmd.pid" epmd
+    rabbitmq_start "$dir" "$B11_PORT" || { rabbitmq_stop "$dir" "$B11_PORT"; return 1; }
+    export BENCH_DSN="postgresql://postgres@/idem_bench_outbox?host=$PGHOST&port=$PGPORT"
+    export BENCH_AMQP_URL="amqp://guest:guest@127.0.0.1:$B11_PORT"
+    for run in $(seq "$RUNS"); do
+        for v in plain outbox; do
+            out=$(cd bench/outbox && node outbox_bench.js "$v" "$OUTBOX_MESSAGES" "$CLIENTS") \
+                || { say "B11: the $v run failed"; FAILED_ROWS+=("b11_$v"); continue; }
+            printf '    %s\n' "$out" >&2
+            R[b11_$v.$run]=$(jq -r .rate <<<"$out")
+            R[b11_${v}_extra.$run]=$(jq -r '.effects - .distinct_effects' <<<"$out")
+            if [ "$v" = outbox ]; then
+                R[b11_lag_max.$run]=$(jq -r .max_lag_seconds <<<"$out")
+                R[b11_lag_mean.$run]=$(jq -r .mean_send_lag_seconds <<<"$out")
+                R[b11_dup.$run]=$(jq -r .duplicates <<<"$out")
+            fi
+        done
+    done
+    rabbitmq_stop "$dir" "$B11_PORT"
+}
+part outbox && { ensure_packages jq && bench_outbox || FAILED_ROWS+=(b11); }
+# --- end of B11 ------------------------------------------------------------
+
+# ---------------------------------------------------------------------------
 # The table
 median() {
     printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {
@@ -760,6 +808,29 @@ echo "References, new keys, on one pooled connection in three round trips as cli
      "$(fmt "$(ratio b9_package_new b9_hand-record_new)" 2)x the hand-written record."
 }
 # --- end of B9 table -------------------------------------------------------
+
+# --- B11 table -------------------------------------------------------------
+part outbox && {
+echo
+echo "B11 — producer transaction -> relay -> RabbitMQ -> consumer effect, $OUTBOX_MESSAGES messages per run," \
+     "$CLIENTS producers, median of $RUNS runs; ratio within each run, then median. Load average" \
+     "$(cut -d' ' -f1-3 /proc/loadavg) at the end."
+echo
+row row measurement extension baseline ratio target result
+row --- -------------------------------------------- ------------ -------------------------- ------- ---------- ------
+r=$(ratio b11_outbox b11_plain)
+row B11 "outbox + inbox, end to end (messages/s)" "$(fmt "$(med b11_outbox)")" "plain pub/sub $(fmt "$(med b11_plain)")" "$(fmt "$r" 2)" "" ""
+row B11 "relay lag: oldest unsent message, max (s)" "$(fmt "$(med b11_lag_max)" 2)" "" "" "" ""
+row B11 "relay lag: enqueue to mark sent, mean (s)" "$(fmt "$(med b11_lag_mean)" 3)" "" "" "" ""
+row B11 "effects doubled (all runs)" "$(total b11_outbox_extra)" "plain $(total b11_plain_extra)" "" "0" "$([ "$(total b11_outbox_extra)" -eq 0 ] && echo met || echo MISSED)"
+echo
+echo "B11: bench/outbox/outbox_bench.js; clients/node's createRelay (batchSize 100, idleDelayMs 20) and createConsumer" \
+     "(prefetch 50; idem_once and the effect row in one transaction, ack after the commit) against a publish after" \
+     "the commit (no confirms, not persistent) and automatic acks, the effect row in autocommit; duplicates acked by" \
+     "the inbox: $(total b11_dup) (all runs). Lag: idempotency_stats' outbox_lag_seconds sampled every 100 ms, and" \
+     "outbox_send_lag_seconds_sum / outbox_sent over the run."
+}
+# --- end of B11 table ------------------------------------------------------
 
 # --- size axis table -------------------------------------------------------
 # one line per measurement, one column per size: value (ratio), then target
