@@ -26,6 +26,7 @@
 
 #include "args.h"
 #include "citus.h"
+#include "extension_relation.h"
 #include "idempotency.h"
 #include "message_text.h"
 #include "outcome_wait.h"
@@ -506,8 +507,8 @@ claim_waiting_for_outcome(FunctionCallInfo fcinfo, const IdemKey *id,
 						  TimestampTz start, TimestampTz wait_end)
 {
 	volatile bool slept = false;
-	bool		citus = idem_citus_table(get_relname_relid("idempotent_record",
-														   get_func_namespace(fcinfo->flinfo->fn_oid)));
+	bool		citus = idem_citus_table(idem_extension_relation("idempotent_record",
+																 get_func_namespace(fcinfo->flinfo->fn_oid)));
 
 	PG_TRY();
 	{

@@ -58,6 +58,7 @@
 #include "attached_code.h"
 #include "compat.h"
 #include "delegation.h"
+#include "extension_relation.h"
 #include "message_text.h"
 
 typedef struct ScopeGrant
@@ -111,14 +112,12 @@ grants_relcache_callback(Datum arg, Oid relid)
 static void
 load_grants(Oid namespace)
 {
-	Oid			relid = get_relname_relid("idem_scope_grant", namespace);
+	Oid			relid = idem_extension_relation("idem_scope_grant", namespace);
 	Oid			save_user;
 	int			save_sec;
 	char	   *sql;
 	MemoryContext old;
 
-	if (!OidIsValid(relid))
-		elog(ERROR, "table idem_scope_grant is missing from the extension's schema");
 	if (grants_context == NULL)
 	{
 		grants_context = AllocSetContextCreate(TopMemoryContext, "idempotency scope grants",
@@ -249,6 +248,9 @@ refresh_grants(void)
 void
 idem_actor_begin(IdemActor *actor, Oid relid, Oid namespace, const char *scope)
 {
+	/* callers resolve the table first (idem_extension_relation) */
+	if (!OidIsValid(relid))
+		elog(ERROR, "idem_actor_begin called without a table");
 	actor->caller = GetUserId();
 	actor->delegated = false;
 	if (holds_table_privilege(relid, actor->caller))
@@ -319,7 +321,7 @@ idem_scope_grants_changed(PG_FUNCTION_ARGS)
 	 * the table of the extension's schema: on Citus the trigger also fires on
 	 * the table's placements (a reference table), named otherwise
 	 */
-	CacheInvalidateRelcacheByRelid(get_relname_relid("idem_scope_grant",
-													 RelationGetNamespace(trigdata->tg_relation)));
+	CacheInvalidateRelcacheByRelid(idem_extension_relation("idem_scope_grant",
+														   RelationGetNamespace(trigdata->tg_relation)));
 	return PointerGetDatum(NULL);
 }

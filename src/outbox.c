@@ -40,6 +40,7 @@
 
 #include "args.h"
 #include "delegation.h"
+#include "extension_relation.h"
 #include "idempotency.h"
 #include "outbox.h"
 #include "saved_plans.h"
@@ -157,7 +158,7 @@ outbox_begin(OutboxCall *call, Oid fn, const char *scope)
 {
 	call->namespace = get_func_namespace(fn);
 	idem_actor_begin(&call->actor,
-					 get_relname_relid("idempotency_outbox", call->namespace),
+					 idem_extension_relation("idempotency_outbox", call->namespace),
 					 call->namespace, scope);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -313,8 +314,8 @@ idem_outbox_claim(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	outbox_begin(&call, fcinfo->flinfo->fn_oid, NULL);
-	values[2] = ObjectIdGetDatum(get_relname_relid("idempotency_outbox_fence_seq",
-												   call.namespace));
+	values[2] = ObjectIdGetDatum(idem_extension_relation("idempotency_outbox_fence_seq",
+														 call.namespace));
 	n = outbox_exec(&call, OUTBOX_PLAN_CLAIM, values, NULL, SPI_OK_SELECT);
 	for (uint64 i = 0; i < n; i++)
 		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);

@@ -13,6 +13,7 @@
 
 #include "args.h"
 #include "attached_code.h"
+#include "extension_relation.h"
 #include "outbox.h"
 #include "record_store.h"
 #include "stats.h"
@@ -27,8 +28,8 @@ refuse_referenced_tables(Oid fn)
 {
 	Oid			namespace = get_func_namespace(fn);
 
-	idem_refuse_referencing_keys(get_relname_relid("idempotent_record", namespace));
-	idem_refuse_referencing_keys(get_relname_relid("idempotency_token", namespace));
+	idem_refuse_referencing_keys(idem_extension_relation("idempotent_record", namespace));
+	idem_refuse_referencing_keys(idem_extension_relation("idempotency_token", namespace));
 	if (OidIsValid(get_relname_relid("idempotency_outbox", namespace)))
 		idem_refuse_referencing_keys(get_relname_relid("idempotency_outbox", namespace));
 }

@@ -37,6 +37,7 @@
 
 #include "citus.h"
 #include "delegation.h"
+#include "extension_relation.h"
 #include "idempotency.h"
 #include "message_text.h"
 #include "record_direct.h"
@@ -561,38 +562,66 @@ direct_answered(DirectAnswer answer, bool *found)
 }
 
 /*
- * The record table of the current bracket, for the direct path: looked up
- * once per schema, again after the table changes (relcache invalidation:
- * dropped, renamed).
+ * The record table of the current bracket: looked up once per schema, again
+ * after the table changes (relcache invalidation: dropped, renamed).  The
+ * lookup reads catalogs, and a catalog read takes the invalidations other
+ * sessions committed since the last one (AcceptInvalidationMessages): one
+ * for the table, or a reset of all caches, may reach the callback while
+ * the lookup runs.  So a call uses the OID it found, and the cache keeps
+ * it only when no invalidation came meanwhile (it may be the table's
+ * drop).  Returning the emptied cache handed OID 0 to the privilege check
+ * ("relation with OID 0 does not exist").
  */
 static Oid	table_namespace = InvalidOid;
 static Oid	table_relid = InvalidOid;
 static bool table_citus = false;	/* table_relid is a Citus table */
+static uint64 table_invalidations = 0;
+
+/* The table's OID; *citus (unless NULL): is it a Citus table? */
+static Oid
+store_table(bool *citus)
+{
+	uint64		invalidations = table_invalidations;
+	Oid			relid;
+	bool		is_citus;
+
+	if (table_namespace == cur.namespace && OidIsValid(table_relid))
+	{
+		if (citus != NULL)
+			*citus = table_citus;
+		return table_relid;
+	}
+	relid = idem_extension_relation("idempotent_record", cur.namespace);
+	is_citus = idem_citus_table(relid);
+	if (invalidations == table_invalidations)
+	{
+		table_relid = relid;
+		table_citus = is_citus;
+		table_namespace = cur.namespace;
+	}
+	if (citus != NULL)
+		*citus = is_citus;
+	return relid;
+}
 
 static Oid
 store_relid(void)
 {
-	if (table_namespace != cur.namespace || !OidIsValid(table_relid))
-	{
-		table_relid = get_relname_relid("idempotent_record", cur.namespace);
-		if (!OidIsValid(table_relid))
-			elog(ERROR, "table idempotent_record is missing from the extension's schema");
-		table_citus = idem_citus_table(table_relid);
-		table_namespace = cur.namespace;
-	}
-	return table_relid;
+	return store_table(NULL);
 }
 
 /*
  * Is it a Citus table?  Then its rows are in shards that only planned SQL
  * reaches, routed by Citus (Citus invalidates the table's relcache entry
- * when it distributes it, and store_relid looks again).
+ * when it distributes it, and store_table looks again).
  */
 static bool
 store_citus(void)
 {
-	(void) store_relid();
-	return table_citus;
+	bool		citus;
+
+	(void) store_table(&citus);
+	return citus;
 }
 
 static void
@@ -600,6 +629,7 @@ store_relcache_callback(Datum arg, Oid relid)
 {
 	if (!OidIsValid(relid) || relid == table_relid)
 		table_relid = InvalidOid;
+	table_invalidations++;
 }
 
 void

@@ -28,6 +28,7 @@
 #include "citus.h"
 #include "compat.h"
 #include "delegation.h"
+#include "extension_relation.h"
 #include "saved_plans.h"
 #include "stats.h"
 #include "tokens.h"
@@ -112,7 +113,7 @@ token_actor_begin(IdemActor *actor, Oid fn, const char *scope)
 {
 	Oid			namespace = get_func_namespace(fn);
 
-	idem_actor_begin(actor, get_relname_relid("idempotency_token", namespace),
+	idem_actor_begin(actor, idem_extension_relation("idempotency_token", namespace),
 					 namespace, scope);
 }
 
@@ -251,7 +252,7 @@ idem_tokens_purge(Oid fn, TimestampTz now, int32 batch_size)
 	token_actor_begin(&actor, fn, NULL);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (idem_citus_table(get_relname_relid("idempotency_token", get_func_namespace(fn))))
+	if (idem_citus_table(idem_extension_relation("idempotency_token", get_func_namespace(fn))))
 		purged = idem_purge_by_scope(&token_plans, TOKEN_PLAN_PURGE_SCOPES,
 									 TOKEN_PLAN_PURGE_SCOPE, get_func_namespace(fn),
 									 now, batch_size);
