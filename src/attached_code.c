@@ -116,7 +116,8 @@ trusted_trigger(Relation rel, const Trigger *trigger)
 static void
 refuse_referencing_keys(Relation rel)
 {
-	TriggerDesc *triggers = rel->trigdesc;
+	/* a copy, for the reason idem_refuse_attached_code gives */
+	TriggerDesc *triggers = CopyTriggerDesc(rel->trigdesc);
 
 	for (int i = 0; triggers != NULL && i < triggers->numtriggers; i++)
 	{
@@ -131,6 +132,7 @@ refuse_referencing_keys(Relation rel)
 					errdetail("Foreign keys that reference the extension's tables are not supported: purge could not delete a referenced row, and the key's actions would run when the extension works as the table's owner."),
 					errhint("Drop the foreign key; keep the idempotency key in a column of your own table without one."));
 	}
+	FreeTriggerDesc(triggers);
 }
 
 /* 55000 when a foreign key references table relid (purge checks it) */
@@ -153,7 +155,13 @@ void
 idem_refuse_attached_code(Oid relid)
 {
 	Relation	rel = relation_open(relid, AccessShareLock);
-	TriggerDesc *triggers = rel->trigdesc;
+
+	/*
+	 * A copy, as InitResultRelInfo takes one: AccessShareLock lets another
+	 * session commit CREATE TRIGGER, and the catalog reads below may take
+	 * that invalidation and free the relcache's list mid-loop.
+	 */
+	TriggerDesc *triggers = CopyTriggerDesc(rel->trigdesc);
 
 	refuse_referencing_keys(rel);
 	for (int i = 0; triggers != NULL && i < triggers->numtriggers; i++)
@@ -168,5 +176,6 @@ idem_refuse_attached_code(Oid relid)
 					errdetail("Calls of roles without privileges on the table work as its owner, and run no trigger on it but those the extension and Citus made: what another trigger runs, through its function (the extension's own too), its WHEN clause, its arguments or the caller's search path, can be another role's code or choice."),
 					errhint("Drop the trigger, or give the roles that call the functions a privilege on the table, so that their calls run as themselves."));
 	}
+	FreeTriggerDesc(triggers);
 	relation_close(rel, NoLock);
 }
