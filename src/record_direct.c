@@ -946,10 +946,17 @@ row_address_of(IdemRowAddress *row, Relation heap, TupleTableSlot *slot)
  * duplicate that slipped in as it always must (its unique check), the
  * tuple is killed, and the next attempt pre-checks, waits and decides as
  * the executor's would.
+ *
+ * With nowait (a claim with wait => false) only that first attempt is
+ * made: it waits for no other transaction (the unique check of a
+ * speculative insertion only notes a possible duplicate, it never waits),
+ * so a key nobody else writes is inserted here.  A duplicate that slipped
+ * in is left to the planned SQL and its lock timeout, which tell a
+ * duplicate still being written from a committed one (DIRECT_NOT_USED).
  */
 DirectAnswer
 idem_direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
-				   const IdemClaimSpec *t, IdemRowAddress *row)
+				   const IdemClaimSpec *t, bool nowait, IdemRowAddress *row)
 {
 	Relation	heap;
 	const RecordLayout *l;
@@ -1022,6 +1029,11 @@ idem_direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
 		if (!lost_race)
 		{
 			row_address_of(row, heap, slot);
+			break;
+		}
+		if (nowait)
+		{
+			answer = DIRECT_NOT_USED;
 			break;
 		}
 	}
