@@ -834,9 +834,9 @@ idem_direct_purge(Oid relid, TimestampTz now, int32 batch_size)
 
 /*
  * What the executor keeps for writing one table: the relation as result
- * relation with its indexes open (with the unique-check information of
- * speculative insertion when speculative), and a snapshot as a statement
- * of its own would have.
+ * relation, for an insert with its indexes open (with the unique-check
+ * information of speculative insertion), and a snapshot as a statement of
+ * its own would have.
  */
 typedef struct DirectWrite
 {
@@ -876,7 +876,13 @@ direct_write_begin(DirectWrite *w, Relation heap, const RecordLayout *l,
 		COMPAT_CHECK_EXPRS(w->rri) = exprs;
 		MemoryContextSwitchTo(old);
 	}
-	ExecOpenIndices(w->rri, speculative);
+	/*
+	 * An insert writes index entries; an update only when it is not HOT,
+	 * which heapam decides from the relation's list of indexed columns, so
+	 * idem_direct_fenced_update opens them then
+	 */
+	if (speculative)
+		ExecOpenIndices(w->rri, true);
 	/* the command id after statement_snapshot's increment, as SPI's */
 	w->estate->es_snapshot = statement_snapshot();
 	w->estate->es_output_cid = GetCurrentCommandId(true);
@@ -1294,9 +1300,12 @@ idem_direct_fenced_update(Oid relid, const IdemKey *id, int64 fence,
 		{
 			case TM_Ok:
 				if (indexes != COMPAT_INDEX_NONE)
+				{
+					ExecOpenIndices(w.rri, false);
 					list_free(compat_insert_index_tuples(w.rri, new, w.estate, true,
 														 NULL, NIL,
 														 indexes == COMPAT_INDEX_SUMMARIZING));
+				}
 				row_address_of(row, heap, new);
 				answer = DIRECT_FOUND;
 				break;
