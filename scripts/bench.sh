@@ -12,7 +12,7 @@
 #                         [--threads N] [--duration S] [--runs N]
 #                         [--records N,N...] [--b6-records N] [--replay-keys N]
 #                         [--purge-rows N] [--protocol prepared|extended]
-#                         [--part all|base|http|sizes]
+#                         [--part all|base|http|sizes|server]
 #   make bench BENCH_ARGS="--runs 5 --duration 20"
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +29,7 @@ B6_RECORDS=200000    # B6 records made or inserted per table
 REPLAY_KEYS=10000    # B2 finished keys (base part)
 PURGE_ROWS=200000    # B5 expired records to purge
 PROTOCOL=prepared    # pgbench -M
-PART=all             # base (every row at the base size), sizes (the size axis) or all
+PART=all             # base (every row at the base size), sizes (the size axis), server (B11 alone) or all
 REDIS_PORT=${IDEM_REDIS_PORT:-56379}
 DB=idem_bench
 
@@ -61,7 +61,7 @@ for v in CLIENTS HOT_CLIENTS HOT_KEYS THREADS DURATION RUNS B6_RECORDS REPLAY_KE
 done
 [[ $SIZES =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { say "--records must be positive integers separated by commas"; usage; }
 IFS=, read -r -a SIZE_LIST <<<"$SIZES"
-[[ $PART =~ ^(all|base|http|sizes)$ ]] || { say "--part must be all, base, http or sizes"; usage; }
+[[ $PART =~ ^(all|base|http|sizes|server)$ ]] || { say "--part must be all, base, http, sizes or server"; usage; }
 part() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
 
 ensure_packages "${IDEM_PACKAGES[@]}" redis-server python3-redis python3-psycopg "${JAVA_PACKAGES[@]}" || exit 1
@@ -177,6 +177,49 @@ pgbench_parse() {
     fi
     R[$name.$run]=$tps
     printf '    %-14s %10.0f tps\n' "$name" "$tps" >&2
+}
+
+# server_ticks: the CPU time (clock ticks) the cluster's processes have
+# used: the postmaster's own and that of the children it reaped, and its
+# live children's
+server_ticks() {
+    local pm c
+    pm=$(head -n 1 "$CLUSTER_DIR/data/postmaster.pid")
+    { awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat"
+      for c in $(pgrep -P "$pm"); do awk '{print $14 + $15}' "/proc/$c/stat" 2>/dev/null; done
+    } | awk '{s += $1} END {print s}'
+}
+
+# pgbench_cpu NAME SCRIPT [extra pgbench args...]: pgbench_tps with
+# $CLIENTS clients, and R[NAME_cpu.run] = the server's CPU milliseconds per
+# transaction over the run (its backends reaped after it)
+pgbench_cpu() {
+    local t0 t1 tx i
+    t0=$(server_ticks)
+    pgbench_tps "$1" "$2" "$CLIENTS" "" "${@:3}" || return 1
+    for i in $(seq 50); do
+        [ "$(sqlv "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'")" -le 1 ] && break
+        sleep 0.1
+    done
+    sleep 0.2
+    t1=$(server_ticks)
+    tx=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$WORK/$1.$run.out")
+    R[$1_cpu.$run]=$(awk -v d="$((t1 - t0))" -v hz="$(getconf CLK_TCK)" -v t="$tx" 'BEGIN {print d * 1000 / hz / t}')
+    printf '    %-14s %10.3f ms of server CPU per transaction\n' "$1" "${R[$1_cpu.$run]}" >&2
+}
+
+# B11: the packages' statements (a new key) against the hand-written
+# record and the bare round trips of the same transaction shape (B9's
+# references), server CPU per transaction; the order alternates by run
+bench_b11() {
+    local args=(-D scope=bench -D ttl=86400 -D 'body=["POST","/orders",{"qty":1,"sku":7}]'
+                -D 'headers={"content-type":"application/json"}'
+                -D 'response=\x7b226f726465725f6964223a312c22736b75223a377d')
+    local order=(package hand round_trips) v
+    [ $((run % 2)) -eq 0 ] && order=(round_trips hand package)
+    for v in "${order[@]}"; do
+        pgbench_cpu "b11_$v" "b11_$v.pgbench" "${args[@]}"
+    done
 }
 
 redis_get_rps() {
@@ -326,11 +369,17 @@ part base && for run in $(seq "$RUNS"); do
     if [ "$HAS_LEASE" -gt 0 ]; then
         pgbench_tps b4_ext b4_ext.pgbench "$CLIENTS" "$SC_OFF"
     fi
+    bench_b11
     bench_b7
     bench_b10
     if [ "$HAS_SCOPE_GRANTS" -gt 0 ]; then
         bench_roles || FAILED_ROWS+=(b8)
     fi
+done
+# --part server: B11 alone
+[ "$PART" = server ] && for run in $(seq "$RUNS"); do
+    say "run $run of $RUNS"
+    bench_b11
 done
 
 # ---------------------------------------------------------------------------
@@ -695,6 +744,41 @@ for name in b1_ext_on b1_hand_on b1_ext_off b1_hand_off b2_ext b2_hand b2_pk b2_
             b3_preload b3_nopreload b3_waits; do
     v=$(values "$name" | awk '{printf ($1 >= 100 ? "%s%.0f" : "%s%.2f"), (NR > 1 ? " " : ""), $1}')
     [ -n "$v" ] && printf '  %-13s %s\n' "$name" "$v"
+done
+}
+
+# --- B11 table -----------------------------------------------------------
+# diff A B: median over runs of A - B (both from the same run)
+diff_med() {
+    local r out=()
+    for r in $(seq "$RUNS"); do
+        [ -n "${R[$1.$r]:-}" ] && [ -n "${R[$2.$r]:-}" ] &&
+            out+=("$(awk -v a="${R[$1.$r]}" -v b="${R[$2.$r]}" 'BEGIN {print a - b}')")
+    done
+    median "${out[@]}"
+}
+{ part base || part server; } && {
+echo
+echo "B11 — a new key as the packages send it (BEGIN, claim with wait => false and idem_fingerprint of the" \
+     "request's JSON, the business insert, idem_finish of the stored response, COMMIT), $CLIENTS clients," \
+     "median of $RUNS runs of ${DURATION}s; server CPU = all PostgreSQL processes' CPU time over the run" \
+     "per transaction (/proc); load average $(cut -d' ' -f1-3 /proc/loadavg) at the end."
+echo
+row row measurement extension baseline ratio target result
+row --- -------------------------------------------- ------------ -------------------------- ------- ---------- ------
+r=$(ratio b11_package_cpu b11_hand_cpu)
+row B11 "server CPU per request (ms)" "$(fmt "$(med b11_package_cpu)" 3)" "hand-record $(fmt "$(med b11_hand_cpu)" 3)" "$(fmt "$r" 2)" "" ""
+d=$(diff_med b11_package_cpu b11_hand_cpu)
+row B11 "server CPU beyond the hand-written record (ms)" "$(fmt "$d" 3)" "" "" "" ""
+r=$(ratio b11_package_cpu b11_round_trips_cpu)
+row B11 "server CPU vs the bare round trips" "" "round-trips $(fmt "$(med b11_round_trips_cpu)" 3)" "$(fmt "$r" 2)" "" ""
+r=$(ratio b11_package b11_hand)
+row B11 "new keys (tps)" "$(fmt "$(med b11_package)")" "hand-record $(fmt "$(med b11_hand)")" "$(fmt "$r" 2)" "" ""
+echo
+echo "Runs (ms of server CPU per transaction, then tps, in run order):"
+for name in b11_package_cpu b11_hand_cpu b11_round_trips_cpu b11_package b11_hand b11_round_trips; do
+    v=$(values "$name" | awk '{printf ($1 >= 100 ? "%s%.0f" : "%s%.3f"), (NR > 1 ? " " : ""), $1}')
+    [ -n "$v" ] && printf '  %-20s %s\n' "$name" "$v"
 done
 }
 
