@@ -217,6 +217,12 @@ bench_b11() {
                 -D 'response=\x7b226f726465725f6964223a312c22736b75223a377d')
     local order=(package hand round_trips) v
     [ $((run % 2)) -eq 0 ] && order=(round_trips hand package)
+    # the hand-written table starts as the record table does, with
+    # $REPLAY_KEYS finished records (B2's keys) and statistics
+    [ "$(sqlv "SELECT count(*) FROM bench_hand_request")" -eq 0 ] &&
+        sql -c "INSERT INTO bench_hand_request
+                SELECT md5('b2-' || i)::uuid::text, bench_result(i, i)::text, 201, bench_result(i, i)::text
+                  FROM generate_series(0, $REPLAY_KEYS - 1) AS i" -c "VACUUM ANALYZE bench_hand_request"
     for v in "${order[@]}"; do
         pgbench_cpu "b11_$v" "b11_$v.pgbench" "${args[@]}"
     done
@@ -651,15 +657,18 @@ values() { local r; for r in $(seq "$RUNS"); do [ -n "${R[$1.$r]:-}" ] && echo "
 # total NAME: the sum of its values over the runs (0 when none)
 total() { local t; t=$(values "$1" | paste -sd+); echo $(( ${t:-0} )); }
 med() { median $(values "$1"); }
-# ratio A B: median over runs of A/B (both from the same run)
-ratio() {
+# per_run EXPR A B: median over runs of EXPR (awk, of a and b) of A and B
+# (both from the same run)
+per_run() {
     local r out=()
     for r in $(seq "$RUNS"); do
-        [ -n "${R[$1.$r]:-}" ] && [ -n "${R[$2.$r]:-}" ] &&
-            out+=("$(awk -v a="${R[$1.$r]}" -v b="${R[$2.$r]}" 'BEGIN {print a / b}')")
+        [ -n "${R[$2.$r]:-}" ] && [ -n "${R[$3.$r]:-}" ] &&
+            out+=("$(awk -v a="${R[$2.$r]}" -v b="${R[$3.$r]}" "BEGIN {print $1}")")
     done
     median "${out[@]}"
 }
+# ratio A B: median over runs of A/B
+ratio() { per_run 'a / b' "$1" "$2"; }
 fmt() { [ -n "$1" ] && printf "%.${2:-0}f" "$1" || printf 'n/a'; }
 # verdict VALUE OP LIMIT
 verdict() {
@@ -748,15 +757,6 @@ done
 }
 
 # --- B11 table -----------------------------------------------------------
-# diff A B: median over runs of A - B (both from the same run)
-diff_med() {
-    local r out=()
-    for r in $(seq "$RUNS"); do
-        [ -n "${R[$1.$r]:-}" ] && [ -n "${R[$2.$r]:-}" ] &&
-            out+=("$(awk -v a="${R[$1.$r]}" -v b="${R[$2.$r]}" 'BEGIN {print a - b}')")
-    done
-    median "${out[@]}"
-}
 { part base || part server; } && {
 echo
 echo "B11 — a new key as the packages send it (BEGIN, claim with wait => false and idem_fingerprint of the" \
@@ -768,7 +768,7 @@ row row measurement extension baseline ratio target result
 row --- -------------------------------------------- ------------ -------------------------- ------- ---------- ------
 r=$(ratio b11_package_cpu b11_hand_cpu)
 row B11 "server CPU per request (ms)" "$(fmt "$(med b11_package_cpu)" 3)" "hand-record $(fmt "$(med b11_hand_cpu)" 3)" "$(fmt "$r" 2)" "" ""
-d=$(diff_med b11_package_cpu b11_hand_cpu)
+d=$(per_run 'a - b' b11_package_cpu b11_hand_cpu)
 row B11 "server CPU beyond the hand-written record (ms)" "$(fmt "$d" 3)" "" "" "" ""
 r=$(ratio b11_package_cpu b11_round_trips_cpu)
 row B11 "server CPU vs the bare round trips" "" "round-trips $(fmt "$(med b11_round_trips_cpu)" 3)" "$(fmt "$r" 2)" "" ""
