@@ -35,6 +35,15 @@ CREATE TABLE hand_record (
     PRIMARY KEY (scope, key)
 );
 
+-- B11's hand-written reference (B9's hand-record): the least record a
+-- hand-written middleware keeps, the key and request, then the response
+CREATE TABLE bench_hand_request (
+    key      text PRIMARY KEY,
+    request  text,
+    status   int,
+    response text
+);
+
 -- The ~100-byte result both sides store for order id and sku
 CREATE FUNCTION bench_result(order_id bigint, sku int) RETURNS jsonb
 LANGUAGE sql STABLE PARALLEL SAFE

@@ -12,7 +12,7 @@
 #                         [--threads N] [--duration S] [--runs N]
 #                         [--records N,N...] [--b6-records N] [--replay-keys N]
 #                         [--purge-rows N] [--protocol prepared|extended]
-#                         [--part all|base|http|sizes|outbox]
+#                         [--part all|base|http|sizes|server|outbox]
 #                         [--outbox-messages N]
 #   make bench BENCH_ARGS="--runs 5 --duration 20"
 set -uo pipefail
@@ -31,8 +31,8 @@ B6_RECORDS=200000    # B6 records made or inserted per table
 REPLAY_KEYS=10000    # B2 finished keys (base part)
 PURGE_ROWS=200000    # B5 expired records to purge
 PROTOCOL=prepared    # pgbench -M
-PART=all             # base (every row at the base size), sizes (the size axis), http (B9), outbox (B11) or all
-OUTBOX_MESSAGES=2000 # B11 messages per run and variant
+PART=all             # base (every row at the base size), sizes (the size axis), http (B9), server (B11), outbox (B12) or all
+OUTBOX_MESSAGES=2000 # B12 messages per run and variant
 REDIS_PORT=${IDEM_REDIS_PORT:-56379}
 DB=idem_bench
 
@@ -65,7 +65,7 @@ for v in CLIENTS HOT_CLIENTS HOT_KEYS THREADS DURATION RUNS B6_RECORDS REPLAY_KE
 done
 [[ $SIZES =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { say "--records must be positive integers separated by commas"; usage; }
 IFS=, read -r -a SIZE_LIST <<<"$SIZES"
-[[ $PART =~ ^(all|base|http|sizes|outbox)$ ]] || { say "--part must be all, base, http, sizes or outbox"; usage; }
+[[ $PART =~ ^(all|base|http|sizes|server|outbox)$ ]] || { say "--part must be all, base, http, sizes, server or outbox"; usage; }
 part() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
 
 ensure_packages "${IDEM_PACKAGES[@]}" redis-server python3-redis python3-psycopg "${JAVA_PACKAGES[@]}" || exit 1
@@ -181,6 +181,55 @@ pgbench_parse() {
     fi
     R[$name.$run]=$tps
     printf '    %-14s %10.0f tps\n' "$name" "$tps" >&2
+}
+
+# server_ticks: the CPU time (clock ticks) the cluster's processes have
+# used: the postmaster's own and that of the children it reaped, and its
+# live children's
+server_ticks() {
+    local pm c
+    pm=$(head -n 1 "$CLUSTER_DIR/data/postmaster.pid")
+    { awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat"
+      for c in $(pgrep -P "$pm"); do awk '{print $14 + $15}' "/proc/$c/stat" 2>/dev/null; done
+    } | awk '{s += $1} END {print s}'
+}
+
+# pgbench_cpu NAME SCRIPT [extra pgbench args...]: pgbench_tps with
+# $CLIENTS clients, and R[NAME_cpu.run] = the server's CPU milliseconds per
+# transaction over the run (its backends reaped after it)
+pgbench_cpu() {
+    local t0 t1 tx i
+    t0=$(server_ticks)
+    pgbench_tps "$1" "$2" "$CLIENTS" "" "${@:3}" || return 1
+    for i in $(seq 50); do
+        [ "$(sqlv "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'")" -le 1 ] && break
+        sleep 0.1
+    done
+    sleep 0.2
+    t1=$(server_ticks)
+    tx=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$WORK/$1.$run.out")
+    R[$1_cpu.$run]=$(awk -v d="$((t1 - t0))" -v hz="$(getconf CLK_TCK)" -v t="$tx" 'BEGIN {print d * 1000 / hz / t}')
+    printf '    %-14s %10.3f ms of server CPU per transaction\n' "$1" "${R[$1_cpu.$run]}" >&2
+}
+
+# B11: the packages' statements (a new key) against the hand-written
+# record and the bare round trips of the same transaction shape (B9's
+# references), server CPU per transaction; the order alternates by run
+bench_b11() {
+    local args=(-D scope=bench -D ttl=86400 -D 'body=["POST","/orders",{"qty":1,"sku":7}]'
+                -D 'headers={"content-type":"application/json"}'
+                -D 'response=\x7b226f726465725f6964223a312c22736b75223a377d')
+    local order=(package hand round_trips) v
+    [ $((run % 2)) -eq 0 ] && order=(round_trips hand package)
+    # the hand-written table starts as the record table does, with
+    # $REPLAY_KEYS finished records (B2's keys) and statistics
+    [ "$(sqlv "SELECT count(*) FROM bench_hand_request")" -eq 0 ] &&
+        sql -c "INSERT INTO bench_hand_request
+                SELECT md5('b2-' || i)::uuid::text, bench_result(i, i)::text, 201, bench_result(i, i)::text
+                  FROM generate_series(0, $REPLAY_KEYS - 1) AS i" -c "VACUUM ANALYZE bench_hand_request"
+    for v in "${order[@]}"; do
+        pgbench_cpu "b11_$v" "b11_$v.pgbench" "${args[@]}"
+    done
 }
 
 redis_get_rps() {
@@ -330,11 +379,17 @@ part base && for run in $(seq "$RUNS"); do
     if [ "$HAS_LEASE" -gt 0 ]; then
         pgbench_tps b4_ext b4_ext.pgbench "$CLIENTS" "$SC_OFF"
     fi
+    bench_b11
     bench_b7
     bench_b10
     if [ "$HAS_SCOPE_GRANTS" -gt 0 ]; then
         bench_roles || FAILED_ROWS+=(b8)
     fi
+done
+# --part server: B11 alone
+[ "$PART" = server ] && for run in $(seq "$RUNS"); do
+    say "run $run of $RUNS"
+    bench_b11
 done
 
 # ---------------------------------------------------------------------------
@@ -595,17 +650,17 @@ part http && { bench_http_middlewares || FAILED_ROWS+=(b9); }
 # --- end of B9 -------------------------------------------------------------
 
 # ---------------------------------------------------------------------------
-# B11: messages per second end to end, producer transaction -> relay ->
+# B12: messages per second end to end, producer transaction -> relay ->
 # RabbitMQ -> consumer effect, with clients/node's outbox relay and inbox
 # consumer (bench/outbox/outbox_bench.js) against a plain publish after the
 # commit and a consumer with automatic acks (no guarantee), alternated per
 # run; $CLIENTS producers, one relay (batches of 100), one consumer
 # (prefetch 50), pg pool 20.  The broker: Debian's rabbitmq-server started
 # as scripts/rabbitmq.sh does, on IDEM_RABBITMQ_PORT, stopped at the end.
-B11_PORT=${IDEM_RABBITMQ_PORT:-16436}
+B12_PORT=${IDEM_RABBITMQ_PORT:-16436}
 bench_outbox() {
     local dir=$CLUSTER_DIR/rabbitmq v out
-    say "B11: outbox -> relay -> RabbitMQ -> inbox consumer against a plain publish and consume," \
+    say "B12: outbox -> relay -> RabbitMQ -> inbox consumer against a plain publish and consume," \
         "$OUTBOX_MESSAGES messages per run, $CLIENTS producers"
     { command -v npm >/dev/null || ensure_packages nodejs npm; } && ensure_packages rabbitmq-server \
         && (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
@@ -616,27 +671,27 @@ bench_outbox() {
         || return 1
     server_register "$dir/rabbitmq.pid" beam.smp
     server_register "$dir/epmd.pid" epmd
-    rabbitmq_start "$dir" "$B11_PORT" || { rabbitmq_stop "$dir" "$B11_PORT"; return 1; }
+    rabbitmq_start "$dir" "$B12_PORT" || { rabbitmq_stop "$dir" "$B12_PORT"; return 1; }
     export BENCH_DSN="postgresql://postgres@/idem_bench_outbox?host=$PGHOST&port=$PGPORT"
-    export BENCH_AMQP_URL="amqp://guest:guest@127.0.0.1:$B11_PORT"
+    export BENCH_AMQP_URL="amqp://guest:guest@127.0.0.1:$B12_PORT"
     for run in $(seq "$RUNS"); do
         for v in plain outbox; do
             out=$(cd bench/outbox && node outbox_bench.js "$v" "$OUTBOX_MESSAGES" "$CLIENTS") \
-                || { say "B11: the $v run failed"; FAILED_ROWS+=("b11_$v"); continue; }
+                || { say "B12: the $v run failed"; FAILED_ROWS+=("b12_$v"); continue; }
             printf '    %s\n' "$out" >&2
-            R[b11_$v.$run]=$(jq -r .rate <<<"$out")
-            R[b11_${v}_extra.$run]=$(jq -r '.effects - .distinct_effects' <<<"$out")
+            R[b12_$v.$run]=$(jq -r .rate <<<"$out")
+            R[b12_${v}_extra.$run]=$(jq -r '.effects - .distinct_effects' <<<"$out")
             if [ "$v" = outbox ]; then
-                R[b11_lag_max.$run]=$(jq -r .max_lag_seconds <<<"$out")
-                R[b11_lag_mean.$run]=$(jq -r .mean_send_lag_seconds <<<"$out")
-                R[b11_dup.$run]=$(jq -r .duplicates <<<"$out")
+                R[b12_lag_max.$run]=$(jq -r .max_lag_seconds <<<"$out")
+                R[b12_lag_mean.$run]=$(jq -r .mean_send_lag_seconds <<<"$out")
+                R[b12_dup.$run]=$(jq -r .duplicates <<<"$out")
             fi
         done
     done
-    rabbitmq_stop "$dir" "$B11_PORT"
+    rabbitmq_stop "$dir" "$B12_PORT"
 }
-part outbox && { ensure_packages jq && bench_outbox || FAILED_ROWS+=(b11); }
-# --- end of B11 ------------------------------------------------------------
+part outbox && { ensure_packages jq && bench_outbox || FAILED_ROWS+=(b12); }
+# --- end of B12 ------------------------------------------------------------
 
 # ---------------------------------------------------------------------------
 # The table
@@ -650,15 +705,18 @@ values() { local r; for r in $(seq "$RUNS"); do [ -n "${R[$1.$r]:-}" ] && echo "
 # total NAME: the sum of its values over the runs (0 when none)
 total() { local t; t=$(values "$1" | paste -sd+); echo $(( ${t:-0} )); }
 med() { median $(values "$1"); }
-# ratio A B: median over runs of A/B (both from the same run)
-ratio() {
+# per_run EXPR A B: median over runs of EXPR (awk, of a and b) of A and B
+# (both from the same run)
+per_run() {
     local r out=()
     for r in $(seq "$RUNS"); do
-        [ -n "${R[$1.$r]:-}" ] && [ -n "${R[$2.$r]:-}" ] &&
-            out+=("$(awk -v a="${R[$1.$r]}" -v b="${R[$2.$r]}" 'BEGIN {print a / b}')")
+        [ -n "${R[$2.$r]:-}" ] && [ -n "${R[$3.$r]:-}" ] &&
+            out+=("$(awk -v a="${R[$2.$r]}" -v b="${R[$3.$r]}" "BEGIN {print $1}")")
     done
     median "${out[@]}"
 }
+# ratio A B: median over runs of A/B
+ratio() { per_run 'a / b' "$1" "$2"; }
 fmt() { [ -n "$1" ] && printf "%.${2:-0}f" "$1" || printf 'n/a'; }
 # verdict VALUE OP LIMIT
 verdict() {
@@ -746,6 +804,32 @@ for name in b1_ext_on b1_hand_on b1_ext_off b1_hand_off b2_ext b2_hand b2_pk b2_
 done
 }
 
+# --- B11 table -----------------------------------------------------------
+{ part base || part server; } && {
+echo
+echo "B11 — a new key as the packages send it (BEGIN, claim with wait => false and idem_fingerprint of the" \
+     "request's JSON, the business insert, idem_finish of the stored response, COMMIT), $CLIENTS clients," \
+     "median of $RUNS runs of ${DURATION}s; server CPU = all PostgreSQL processes' CPU time over the run" \
+     "per transaction (/proc); load average $(cut -d' ' -f1-3 /proc/loadavg) at the end."
+echo
+row row measurement extension baseline ratio target result
+row --- -------------------------------------------- ------------ -------------------------- ------- ---------- ------
+r=$(ratio b11_package_cpu b11_hand_cpu)
+row B11 "server CPU per request (ms)" "$(fmt "$(med b11_package_cpu)" 3)" "hand-record $(fmt "$(med b11_hand_cpu)" 3)" "$(fmt "$r" 2)" "" ""
+d=$(per_run 'a - b' b11_package_cpu b11_hand_cpu)
+row B11 "server CPU beyond the hand-written record (ms)" "$(fmt "$d" 3)" "" "" "" ""
+r=$(ratio b11_package_cpu b11_round_trips_cpu)
+row B11 "server CPU vs the bare round trips" "" "round-trips $(fmt "$(med b11_round_trips_cpu)" 3)" "$(fmt "$r" 2)" "" ""
+r=$(ratio b11_package b11_hand)
+row B11 "new keys (tps)" "$(fmt "$(med b11_package)")" "hand-record $(fmt "$(med b11_hand)")" "$(fmt "$r" 2)" "" ""
+echo
+echo "Runs (ms of server CPU per transaction, then tps, in run order):"
+for name in b11_package_cpu b11_hand_cpu b11_round_trips_cpu b11_package b11_hand b11_round_trips; do
+    v=$(values "$name" | awk '{printf ($1 >= 100 ? "%s%.0f" : "%s%.3f"), (NR > 1 ? " " : ""), $1}')
+    [ -n "$v" ] && printf '  %-20s %s\n' "$name" "$v"
+done
+}
+
 # --- B9 table ------------------------------------------------------------
 b9_row() { printf '| %-34s | %16s | %16s | %16s | %16s |\n' "$@"; }
 b9_field() { sed -n "s/.* $2=\([0-9]*\).*/\1/p; s/^$2=\([0-9]*\).*/\1/p" <<<"${B9_FAULT[$1]:-}"; }
@@ -809,28 +893,28 @@ echo "References, new keys, on one pooled connection in three round trips as cli
 }
 # --- end of B9 table -------------------------------------------------------
 
-# --- B11 table -------------------------------------------------------------
+# --- B12 table -------------------------------------------------------------
 part outbox && {
 echo
-echo "B11 — producer transaction -> relay -> RabbitMQ -> consumer effect, $OUTBOX_MESSAGES messages per run," \
+echo "B12 — producer transaction -> relay -> RabbitMQ -> consumer effect, $OUTBOX_MESSAGES messages per run," \
      "$CLIENTS producers, median of $RUNS runs; ratio within each run, then median. Load average" \
      "$(cut -d' ' -f1-3 /proc/loadavg) at the end."
 echo
 row row measurement extension baseline ratio target result
 row --- -------------------------------------------- ------------ -------------------------- ------- ---------- ------
-r=$(ratio b11_outbox b11_plain)
-row B11 "outbox + inbox, end to end (messages/s)" "$(fmt "$(med b11_outbox)")" "plain pub/sub $(fmt "$(med b11_plain)")" "$(fmt "$r" 2)" "" ""
-row B11 "relay lag: oldest unsent message, max (s)" "$(fmt "$(med b11_lag_max)" 2)" "" "" "" ""
-row B11 "relay lag: enqueue to mark sent, mean (s)" "$(fmt "$(med b11_lag_mean)" 3)" "" "" "" ""
-row B11 "effects doubled (all runs)" "$(total b11_outbox_extra)" "plain $(total b11_plain_extra)" "" "0" "$([ "$(total b11_outbox_extra)" -eq 0 ] && echo met || echo MISSED)"
+r=$(ratio b12_outbox b12_plain)
+row B12 "outbox + inbox, end to end (messages/s)" "$(fmt "$(med b12_outbox)")" "plain pub/sub $(fmt "$(med b12_plain)")" "$(fmt "$r" 2)" "" ""
+row B12 "relay lag: oldest unsent message, max (s)" "$(fmt "$(med b12_lag_max)" 2)" "" "" "" ""
+row B12 "relay lag: enqueue to mark sent, mean (s)" "$(fmt "$(med b12_lag_mean)" 3)" "" "" "" ""
+row B12 "effects doubled (all runs)" "$(total b12_outbox_extra)" "plain $(total b12_plain_extra)" "" "0" "$([ "$(total b12_outbox_extra)" -eq 0 ] && echo met || echo MISSED)"
 echo
-echo "B11: bench/outbox/outbox_bench.js; clients/node's createRelay (batchSize 100, idleDelayMs 20) and createConsumer" \
+echo "B12: bench/outbox/outbox_bench.js; clients/node's createRelay (batchSize 100, idleDelayMs 20) and createConsumer" \
      "(prefetch 50; idem_once and the effect row in one transaction, ack after the commit) against a publish after" \
      "the commit (no confirms, not persistent) and automatic acks, the effect row in autocommit; duplicates acked by" \
-     "the inbox: $(total b11_dup) (all runs). Lag: idempotency_stats' outbox_lag_seconds sampled every 100 ms, and" \
+     "the inbox: $(total b12_dup) (all runs). Lag: idempotency_stats' outbox_lag_seconds sampled every 100 ms, and" \
      "outbox_send_lag_seconds_sum / outbox_sent over the run."
 }
-# --- end of B11 table ------------------------------------------------------
+# --- end of B12 table ------------------------------------------------------
 
 # --- size axis table -------------------------------------------------------
 # one line per measurement, one column per size: value (ratio), then target

@@ -241,9 +241,11 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 
 	claim_times(fcinfo, &t);
 
-	if (!loop->wait && busy_elsewhere(id, fingerprint))
-		return answer_in_progress(a);
-
+	/*
+	 * No record to read: the insert of wait => false looks for another
+	 * transaction writing the key only when it meets one (a new key, the
+	 * usual case, costs no look); see idem_store_insert.
+	 */
 	if (!idem_store_read(id, &rec))
 	{
 		if (idem_store_insert(id, fingerprint, &t, &row))
@@ -252,6 +254,10 @@ claim_attempt(FunctionCallInfo fcinfo, const IdemKey *id, bytea *fingerprint,
 			idem_store_hidden_record_error(id);
 		return write_lost(id, fingerprint, loop, a, t.now);
 	}
+
+	/* a record that another transaction is writing is not ours to judge */
+	if (!loop->wait && busy_elsewhere(id, fingerprint))
+		return answer_in_progress(a);
 
 	/*
 	 * Our own open claim, made earlier in this transaction: the key is

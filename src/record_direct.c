@@ -834,9 +834,9 @@ idem_direct_purge(Oid relid, TimestampTz now, int32 batch_size)
 
 /*
  * What the executor keeps for writing one table: the relation as result
- * relation with its indexes open (with the unique-check information of
- * speculative insertion when speculative), and a snapshot as a statement
- * of its own would have.
+ * relation, for an insert with its indexes open (with the unique-check
+ * information of speculative insertion), and a snapshot as a statement of
+ * its own would have.
  */
 typedef struct DirectWrite
 {
@@ -876,7 +876,13 @@ direct_write_begin(DirectWrite *w, Relation heap, const RecordLayout *l,
 		COMPAT_CHECK_EXPRS(w->rri) = exprs;
 		MemoryContextSwitchTo(old);
 	}
-	ExecOpenIndices(w->rri, speculative);
+	/*
+	 * An insert writes index entries; an update only when it is not HOT,
+	 * which heapam decides from the relation's list of indexed columns, so
+	 * idem_direct_fenced_update opens them then
+	 */
+	if (speculative)
+		ExecOpenIndices(w->rri, true);
 	/* the command id after statement_snapshot's increment, as SPI's */
 	w->estate->es_snapshot = statement_snapshot();
 	w->estate->es_output_cid = GetCurrentCommandId(true);
@@ -946,10 +952,17 @@ row_address_of(IdemRowAddress *row, Relation heap, TupleTableSlot *slot)
  * duplicate that slipped in as it always must (its unique check), the
  * tuple is killed, and the next attempt pre-checks, waits and decides as
  * the executor's would.
+ *
+ * With nowait (a claim with wait => false) only that first attempt is
+ * made: it waits for no other transaction (the unique check of a
+ * speculative insertion only notes a possible duplicate, it never waits),
+ * so a key nobody else writes is inserted here.  A duplicate that slipped
+ * in is left to the planned SQL and its lock timeout, which tell a
+ * duplicate still being written from a committed one (DIRECT_NOT_USED).
  */
 DirectAnswer
 idem_direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
-				   const IdemClaimSpec *t, IdemRowAddress *row)
+				   const IdemClaimSpec *t, bool nowait, IdemRowAddress *row)
 {
 	Relation	heap;
 	const RecordLayout *l;
@@ -1022,6 +1035,11 @@ idem_direct_insert(Oid relid, const IdemKey *id, bytea *fingerprint,
 		if (!lost_race)
 		{
 			row_address_of(row, heap, slot);
+			break;
+		}
+		if (nowait)
+		{
+			answer = DIRECT_NOT_USED;
 			break;
 		}
 	}
@@ -1282,9 +1300,12 @@ idem_direct_fenced_update(Oid relid, const IdemKey *id, int64 fence,
 		{
 			case TM_Ok:
 				if (indexes != COMPAT_INDEX_NONE)
+				{
+					ExecOpenIndices(w.rri, false);
 					list_free(compat_insert_index_tuples(w.rri, new, w.estate, true,
 														 NULL, NIL,
 														 indexes == COMPAT_INDEX_SUMMARIZING));
+				}
 				row_address_of(row, heap, new);
 				answer = DIRECT_FOUND;
 				break;

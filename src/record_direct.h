@@ -24,7 +24,7 @@ extern DirectAnswer idem_direct_probe_uncommitted(Oid relid, const IdemKey *id,
 extern int64 idem_direct_purge(Oid relid, TimestampTz now, int32 batch_size);
 extern DirectAnswer idem_direct_insert(Oid relid, const IdemKey *id,
 									   bytea *fingerprint, const IdemClaimSpec *t,
-									   IdemRowAddress *row);
+									   bool nowait, IdemRowAddress *row);
 
 /* A fenced write after a claim, as record_store.c's planned UPDATE makes it */
 typedef enum IdemChangeKind

@@ -783,8 +783,12 @@ forget_row_address(IdemRowAddress *row)
  * Insert a new in-progress record with fence 1.  Like any INSERT into a
  * unique index it waits for an uncommitted duplicate; returns false when a
  * committed one exists (raises 40001 instead when that one is invisible to
- * a REPEATABLE READ or SERIALIZABLE snapshot).  *row (unless NULL) is where
- * the direct path wrote it, for the writes that follow the claim.
+ * a REPEATABLE READ or SERIALIZABLE snapshot).  With nowait (wait =>
+ * false) it waits for nobody: the direct path's first attempt never waits,
+ * and a duplicate it meets, or any where the direct path does not serve, is
+ * looked for as an uncommitted write (false, idem_store_write_would_wait)
+ * before the planned INSERT and its lock timeout.  *row (unless NULL) is
+ * where the direct path wrote it, for the writes that follow the claim.
  */
 bool
 idem_store_insert(const IdemKey *id, bytea *fingerprint, const IdemClaimSpec *t,
@@ -793,14 +797,25 @@ idem_store_insert(const IdemKey *id, bytea *fingerprint, const IdemClaimSpec *t,
 	Datum		values[7];
 	char		nulls[7] = "       ";
 	bool		inserted;
+	bytea	   *other_fingerprint;
 
 	forget_row_address(row);
-	/* wait => false keeps its write in the SQL (store_exec_claim_write) */
 	cur.write_blocked = WRITE_NOT_BLOCKED;
-	if (!cur.nowait &&
-		direct_answered(idem_direct_insert(store_relid(), id, fingerprint, t, row),
+	if (direct_answered(idem_direct_insert(store_relid(), id, fingerprint, t,
+										   cur.nowait, row),
 						&inserted))
 		return inserted;
+
+	/*
+	 * wait => false: another transaction writing the key now (the look
+	 * claim_attempt makes before judging a record it read) is refused at
+	 * once, as the lock timeout below would refuse it a millisecond later
+	 */
+	if (cur.nowait && store_probe(id, &other_fingerprint) == DIRECT_FOUND)
+	{
+		cur.write_blocked = WRITE_TIMED_OUT;
+		return false;
+	}
 
 	claim_values(id, fingerprint, t, values, nulls);
 	values[5] = TimestampTzGetDatum(t->locked_until);

@@ -1,4 +1,4 @@
-// make bench, B11: messages per second end to end, producer transaction →
+// make bench, B12: messages per second end to end, producer transaction →
 // relay → RabbitMQ → consumer effect, with clients/node's outbox relay and
 // inbox consumer (exactly-once effects), or with a plain publish after the
 // commit and a consumer with automatic acks (no guarantee: a crash between

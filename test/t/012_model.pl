@@ -1148,6 +1148,16 @@ for my $d (0 .. $#dbs)
 		     AND (query LIKE 'SELECT status%' OR query LIKE 'UPDATE % SET status = $4%')});
 	if ($paths[$d] eq 'on') { is($planned, 0, "$dbs[$d]: no record read or outcome ran as planned SQL") }
 	else { cmp_ok($planned, '>', 0, "$dbs[$d]: record reads and outcomes ran as planned SQL ($planned)") }
+
+	# a new key's insert, wait => false too: the planned INSERT runs only
+	# after a duplicate met (in this model, one its snapshot cannot see:
+	# 40001, which pg_stat_statements does not count)
+	my $inserts = $node->safe_psql($dbs[$d],
+		q{SELECT coalesce(sum(calls), 0) FROM pg_stat_statements
+		   WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		     AND NOT toplevel AND query LIKE 'INSERT INTO %idempotent_record (scope, key, status, %'});
+	if ($paths[$d] eq 'on') { is($inserts, 0, "$dbs[$d]: no claim's insert ran as planned SQL") }
+	else { cmp_ok($inserts, '>', 0, "$dbs[$d]: claims' inserts ran as planned SQL ($inserts)") }
 }
 diag(sprintf("model figures: seed %d, steps %d, %.1f s, slowest step %.3f s; %s",
 	$seed, $stats{steps} // 0, $elapsed, $slowest,
