@@ -4,8 +4,8 @@
 // fingerprint input and the response body go as parameters, the body as
 // binary bytes that the server turns into the stored form. With the
 // "prepare" option both statements are parsed once per connection under
-// a name; a transaction-pooling PgBouncer cannot keep those, so it is off
-// by default.
+// a name (BEGIN and COMMIT too); a transaction-pooling PgBouncer cannot
+// keep those, so it is off by default.
 import { createHash } from 'node:crypto';
 import { storedForm } from './response.js';
 
@@ -38,13 +38,15 @@ export function fingerprintOf(method, path, body) {
   return { json: null, hash: createHash('sha256').update(`${method} ${path}\n`).update(bytes).digest() };
 }
 
-// the claim of request = {key, scope, fingerprint} with o's ttl and lease
-export function claimStep(o, request) {
-  const { json, hash } = request.fingerprint;
+const CLAIM_COLUMNS = ['outcome', 'result', 'fence', 'recovery_point', 'retry_after'];
+
+// the claim of key and scope with fingerprint and o's ttl and lease
+export function claimStep(o, key, scope, fingerprint) {
   return {
     text: CLAIM,
     name: named(o, 'pg_idempotency_key_claim'),
-    values: [request.key, request.scope, json, hash, secondsOf(o.ttl), secondsOf(o.lease)],
+    values: [key, scope, fingerprint.json, fingerprint.hash, secondsOf(o.ttl), secondsOf(o.lease)],
+    columns: CLAIM_COLUMNS,
   };
 }
 
@@ -59,5 +61,9 @@ export function finishStep(o, key, scope, response, fence) {
   };
 }
 
-export const BEGIN = { text: 'BEGIN' };
-export const COMMIT = { text: 'COMMIT' };
+const BEGIN = { text: 'BEGIN' };
+const COMMIT = { text: 'COMMIT' };
+const BEGIN_NAMED = { text: 'BEGIN', name: 'pg_idempotency_key_begin' };
+const COMMIT_NAMED = { text: 'COMMIT', name: 'pg_idempotency_key_commit' };
+export const beginStep = (o) => (o.prepare ? BEGIN_NAMED : BEGIN);
+export const commitStep = (o) => (o.prepare ? COMMIT_NAMED : COMMIT);
