@@ -10,7 +10,7 @@ import {
 } from './answers.js';
 import { awaitFlight, flightOf, land, takeOff } from './flights.js';
 import { forgetStatements, pipeline } from './pipeline.js';
-import { decodeStored, replayOf } from './response.js';
+import { decodeStored, isText, replayOf } from './response.js';
 import {
   checkout, guarded, onBroken, release,
 } from './session.js';
@@ -305,7 +305,8 @@ async function completeOnce(state, response, committed) {
   let target = client;
   try {
     target = target || await checkout(o.pool);
-    const finish = finishStep(o, state.key, state.scope, response, leased ? state.fence : null);
+    const text = await isText(response.body);
+    const finish = finishStep(o, state.key, state.scope, response, text, leased ? state.fence : null);
     await pipeline(target, client ? [finish, commitStep(o)] : [finish]);
     committed();
     release(target);

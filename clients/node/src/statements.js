@@ -51,8 +51,9 @@ export function claimStep(o, key, scope, fingerprint) {
 }
 
 // idem_finish of key with response {status, headers, body}, fence or null
-export function finishStep(o, key, scope, response, fence) {
-  const { status, headers, text } = storedForm(response, o.storedHeaders);
+// (text: the body is UTF-8 text without NUL, response.js isText)
+export function finishStep(o, key, scope, response, text, fence) {
+  const { status, headers } = storedForm(response, o.storedHeaders);
   return {
     text: FINISH,
     name: named(o, 'pg_idempotency_key_finish'),

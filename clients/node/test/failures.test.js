@@ -4,6 +4,7 @@
 // responses, an unread body, a handler that never answers (leased), the
 // scope, the stored headers, the key on two header lines.
 import assert from 'node:assert/strict';
+import { isUtf8 } from 'node:buffer';
 import { createHash } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import express from 'express';
@@ -13,6 +14,7 @@ import {
   DIRECT, FRAMEWORKS, POOLED, json, ordersOf, pollUntil, post, setupDatabase, sql, uniqueKey,
 } from './helpers.js';
 import { expressIdempotency, fastifyIdempotency } from '../src/index.js';
+import { isText } from '../src/response.js';
 
 await setupDatabase();
 
@@ -306,6 +308,26 @@ for (const framework of FRAMEWORKS) {
     });
   });
 }
+
+describe('the text check of a large body, a megabyte per turn of the event loop', () => {
+  test('a character across a slice boundary is text; an invalid byte or NUL past the first slice is not', async () => {
+    const MiB = 1024 * 1024;
+    for (const offset of [-3, -2, -1, 0, 1]) {
+      // a 4-byte character starting around the first slice boundary
+      const body = Buffer.concat([Buffer.alloc(MiB + offset, 'a'), Buffer.from('😀'), Buffer.alloc(MiB, 'é')]);
+      assert.equal(await isText(body), true, `offset ${offset}`);
+      assert.equal(await isText(body), isUtf8(body), `offset ${offset}: as a whole-buffer check says`);
+    }
+    const text = Buffer.from('é€😀a'.repeat(300000));
+    for (const [at, byte] of [[2 * MiB + 1, 0xff], [text.length - 1, 0x80], [2 * MiB + 100, 0]]) {
+      const spoilt = Buffer.from(text);
+      spoilt[at] = byte;
+      assert.equal(await isText(spoilt), false, `byte ${byte} at ${at}`);
+    }
+    assert.equal(await isText(text), true);
+    assert.equal(await isText(Buffer.alloc(0)), true);
+  });
+});
 
 describe('setup and the request body', () => {
   test('a missing or empty scope, Set-Cookie among the stored headers, or a response limit no record holds, is refused at setup', async () => {
