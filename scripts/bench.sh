@@ -644,8 +644,15 @@ bench_http_middlewares() {
         done
     done
     redis ping >/dev/null || { say "B9: redis-server did not come back"; return 1; }
+    # one large response (20 MB, text and bytes), stored, against the
+    # transfer alone and a bare bytea INSERT (bench/http/large.js)
+    for kind in text binary; do
+        B9_LARGE[$kind]=$(cd bench/http && node large.js "$B9_PORT" --rounds "$RUNS" $([ $kind = binary ] && echo --binary)) \
+            || { say "B9: the large response ($kind) failed"; FAILED_ROWS+=("b9_large_$kind"); continue; }
+        printf '%s\n' "${B9_LARGE[$kind]}" | sed 's/^/    /' >&2
+    done
 }
-declare -A B9_FAULT
+declare -A B9_FAULT B9_LARGE
 part http && { bench_http_middlewares || FAILED_ROWS+=(b9); }
 # --- end of B9 -------------------------------------------------------------
 
@@ -889,7 +896,16 @@ echo "References, new keys, on one pooled connection in three round trips as cli
      "work $(fmt "$(med b9_round-trips_new)") requests/s ($(fmt "$(b9_vs_redis round-trips)" 2)x the faster Redis variant)," \
      "with a hand-written record (INSERT ... ON CONFLICT DO NOTHING, UPDATE with the response)" \
      "$(fmt "$(med b9_hand-record_new)") ($(fmt "$(b9_vs_redis hand-record)" 2)x); clients/node" \
-     "$(fmt "$(ratio b9_package_new b9_hand-record_new)" 2)x the hand-written record."
+     "$(fmt "$(ratio b9_package_new b9_hand-record_new)" 2)x the hand-written record," \
+     "$(fmt "$(ratio b9_package_new b9_round-trips_new)" 2)x the round trips (targets >= 1.0 and >= 0.85)."
+echo "A large response (bench/http/large.js, 20 MB, one request at a time, $RUNS rounds): seconds to the last byte" \
+     "and the app's longest event-loop block in ms (medians; largest block): the transfer alone (none), node-postgres" \
+     "sending it as one bytea parameter of an INSERT (floor), clients/node storing it (package), and its replay."
+for kind in text binary; do
+    printf '%s\n' "${B9_LARGE[$kind]:-}" | awk -v k=$kind 'NF {
+        for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+        printf "  %s %-8s %s s, block %s ms (largest %s)\n", k, $1, f["seconds"], f["block_ms"], f["block_max_ms"] }'
+done
 }
 # --- end of B9 table -------------------------------------------------------
 

@@ -35,7 +35,7 @@ export interface IdempotencyOptions<Req = unknown> {
   handlerTimeout?: number;
   /** A request whose Content-Length is over this many bytes answers 413 body-too-large (default 10 MiB). */
   maxBodyBytes?: number;
-  /** The largest response stored, in bytes; a larger one answers 500 response-too-large, rolled back (default 10 MiB). */
+  /** The largest response stored, in bytes; a larger one answers 500 response-too-large, rolled back (default 10 MiB; at most 200000000, refused at setup above). */
   maxResponseBytes?: number;
   /** How long a duplicate of a request in flight polls for its outcome, in milliseconds, before 409 (default 0). */
   waitFor?: number;

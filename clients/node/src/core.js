@@ -10,12 +10,12 @@ import {
 } from './answers.js';
 import { awaitFlight, flightOf, land, takeOff } from './flights.js';
 import { forgetStatements, pipeline } from './pipeline.js';
-import { decodeStored, replayOf } from './response.js';
+import { decodeStored, isText, replayOf } from './response.js';
 import {
   checkout, guarded, onBroken, release,
 } from './session.js';
 import {
-  BEGIN, COMMIT, claimStep, fingerprintOf, finishStep,
+  beginStep, claimStep, commitStep, fingerprintOf, finishStep,
 } from './statements.js';
 
 export { answerOf } from './answers.js';
@@ -82,7 +82,7 @@ async function claimAtServer(o, request, fingerprint, deadline, flight) {
   let polls = 0;
   let reparsed = false;
   const leased = o.lease != null;
-  const step = claimStep(o, { ...request, fingerprint });
+  const step = claimStep(o, request.key, request.scope, fingerprint);
   for (;;) {
     let client;
     try {
@@ -92,7 +92,7 @@ async function claimAtServer(o, request, fingerprint, deadline, flight) {
     }
     let row;
     try {
-      const results = await pipeline(client, leased ? [step] : [BEGIN, step]);
+      const results = await pipeline(client, leased ? [step] : [beginStep(o), step]);
       row = results[results.length - 1][0];
     } catch (err) {
       if (leased || !hasSqlstate(err) || isUnavailable(err)) release(client, err); else await rollback(client);
@@ -257,13 +257,15 @@ function retryOr(state, err) {
 export async function complete(state, response) {
   if (state.done) return state.abandoned ? IGNORED : response;
   state.done = true;
-  let replay = null;
+  let committed = null;
   try {
-    return await completeOnce(state, response, (committed) => { replay = committed; });
+    return await completeOnce(state, response, () => { committed = response; });
   } finally {
     // local duplicates waiting for this request: its committed response,
-    // or null (nothing committed: they claim at the server)
-    if (state.flight) land(state.flight, replay);
+    // or null (nothing committed: they claim at the server); none waiting
+    // (the usual case), no replay to build
+    const { flight } = state;
+    if (flight) land(flight, committed && flight.waiters > 0 ? replayOf(committed, state.o.storedHeaders) : null);
   }
 }
 
@@ -303,9 +305,10 @@ async function completeOnce(state, response, committed) {
   let target = client;
   try {
     target = target || await checkout(o.pool);
-    const finish = finishStep(o, state.key, state.scope, response, leased ? state.fence : null);
-    await pipeline(target, client ? [finish, COMMIT] : [finish]);
-    committed(replayOf(response, o.storedHeaders));
+    const text = await isText(response.body);
+    const finish = finishStep(o, state.key, state.scope, response, text, leased ? state.fence : null);
+    await pipeline(target, client ? [finish, commitStep(o)] : [finish]);
+    committed();
     release(target);
     return response;
   } catch (err) {

@@ -33,14 +33,17 @@ function respond(res, answer) {
 }
 
 // the answer as it was when the handler completed it (an error handler
-// may have changed the status and headers since); the held methods let
-// the response's own calls through meanwhile
-function send(res, response) {
+// may have changed the status since; its header calls were ignored, so
+// the headers of the handler's own answer are still in place); the held
+// methods let the response's own calls through meanwhile
+function send(res, response, own = false) {
   const m = original(res);
   res[kSending] = true;
   try {
-    for (const name of res.getHeaderNames()) m.removeHeader.call(res, name);
-    for (const [name, value] of Object.entries(response.headers)) m.setHeader.call(res, name, value);
+    if (!own) {
+      for (const name of res.getHeaderNames()) m.removeHeader.call(res, name);
+      for (const [name, value] of Object.entries(response.headers)) m.setHeader.call(res, name, value);
+    }
     m.setHeader.call(res, 'content-length', response.body.length);
     res.statusCode = response.status;
     m.end.call(res, response.body);
@@ -130,7 +133,7 @@ function capture(res, { finalize, onError, retry, limit, warn }) {
       if (answer === RETRY) {
         retry();
       } else {
-        send(res, answer);
+        send(res, answer, answer === response);
         if (done) res.once('finish', done);
       }
     }, onError);

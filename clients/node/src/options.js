@@ -9,6 +9,10 @@ export const DEFAULT_STORED_HEADERS = Object.freeze(['content-type', 'content-la
   'location', 'etag', 'last-modified', 'link', 'cache-control', 'vary']);
 // never stored: a replay would hand one caller's cookies to another
 const NEVER_STORED = new Set(['set-cookie', 'set-cookie2']);
+// the largest response a record can hold: the stored body is one jsonb
+// string (at most 2^28 - 1 bytes), bytes that are not UTF-8 as base64
+// (4/3 larger), with room for the status and headers
+export const MAX_RESPONSE_BYTES = 200 * 1000 * 1000;
 
 const DEFAULTS = {
   required: true,
@@ -42,6 +46,10 @@ export function resolveOptions(options) {
     throw new TypeError('idempotency: the "scope" option is required: a function of the request returning the'
       + ' authenticated principal your application established (never a header the caller chooses), or a'
       + ' non-empty string for one scope shared by every caller');
+  }
+  if (!(o.maxResponseBytes >= 0 && o.maxResponseBytes <= MAX_RESPONSE_BYTES)) {
+    throw new TypeError(`idempotency: "maxResponseBytes" is at most ${MAX_RESPONSE_BYTES} (the most a record's stored`
+      + ` form holds); ${o.maxResponseBytes} was given`);
   }
   o.methods = o.methods.map((m) => m.toUpperCase());
   o.storedHeaders = o.storedHeaders.map((h) => h.toLowerCase());

@@ -1,14 +1,62 @@
-// Several statements with parameters in one round trip: Parse, Bind,
-// Describe and Execute for each, then one Sync (the extended protocol's
-// pipelining), handed to client.query as a node-postgres "submittable".
-// Values travel as parameters, never escaped into SQL text: strings as
-// text, Buffers as binary. Rows come back as objects of the raw text
-// values (the caller parses the few columns it knows), so an
-// application's type parsers do not change them.
+// Several statements with parameters in one round trip: Parse, Bind and
+// Execute for each, then one Sync (the extended protocol's pipelining),
+// handed to client.query as a node-postgres "submittable". Values travel
+// as parameters, never escaped into SQL text: strings as text, Buffers as
+// binary. No Describe: a step's result columns are known (its "columns"),
+// so the server sends no row description and rows come back as objects of
+// those names with the raw text values (the caller parses the few it
+// reads), which an application's type parsers do not change.
 
 // statements of each connection parsed under a name (the "prepare"
 // option), and those a failed round trip may or may not have left
 const parsed = new WeakMap();
+
+// A Buffer value from this size on goes to the socket as it is, after the
+// bytes of its Bind message before it: pg-protocol's writer would first
+// copy it into the message, a second copy of a large response on the
+// event loop (besides the memory).
+const WRITTEN_AS_IS = 64 * 1024;
+
+const int16 = (n) => { const b = Buffer.allocUnsafe(2); b.writeInt16BE(n); return b; };
+const int32 = (n) => { const b = Buffer.allocUnsafe(4); b.writeInt32BE(n); return b; };
+
+// -> the Bind message of the unnamed portal, as Buffers to write in order:
+// strings as text, Buffers as binary, null as NULL, the results as text
+function bindMessage(statement, values) {
+  const chunks = [];
+  let head = [Buffer.from([0x42, 0, 0, 0, 0, 0]), Buffer.from(`${statement}\0`), int16(values.length)];
+  for (const v of values) head.push(int16(Buffer.isBuffer(v) ? 1 : 0));
+  head.push(int16(values.length));
+  for (const v of values) {
+    if (v === null || v === undefined) {
+      head.push(int32(-1));
+      continue;
+    }
+    const bytes = Buffer.isBuffer(v) ? v : Buffer.from(String(v));
+    head.push(int32(bytes.length));
+    if (bytes.length < WRITTEN_AS_IS) {
+      head.push(bytes);
+    } else {
+      chunks.push(Buffer.concat(head), bytes);
+      head = [];
+    }
+  }
+  head.push(int16(1), int16(0));
+  chunks.push(Buffer.concat(head));
+  const length = chunks.reduce((sum, chunk) => sum + chunk.length, 0) - 1;
+  chunks[0].writeInt32BE(length, 1);
+  return chunks;
+}
+
+const large = (v) => Buffer.isBuffer(v) && v.length >= WRITTEN_AS_IS;
+
+function bind(connection, statement, values) {
+  if (!values.some(large)) {
+    connection.bind({ statement, values, binary: false });
+  } else if (connection.stream.writable) {
+    for (const chunk of bindMessage(statement, values)) connection.stream.write(chunk);
+  }
+}
 
 function namesOf(connection) {
   let names = parsed.get(connection);
@@ -21,10 +69,9 @@ function namesOf(connection) {
 
 class Pipeline {
   constructor(steps) {
-    this.steps = steps; // [{text, values, name?}]
+    this.steps = steps; // [{text, values?, name?, columns?}]
     this.results = [];
     this.rows = null;
-    this.fields = null;
     this.callback = null;
     this.connection = null;
   }
@@ -41,8 +88,7 @@ class Pipeline {
           connection.parse({ text, name, types: [] });
           if (name) names.unsure.add(name);
         }
-        connection.bind({ statement: name, values, binary: false });
-        connection.describe({ type: 'P', name: '' });
+        bind(connection, name, values);
         connection.execute({ portal: '', rows: 0 });
       }
       connection.sync();
@@ -52,14 +98,15 @@ class Pipeline {
     return null;
   }
 
-  handleRowDescription(msg) {
-    this.fields = msg.fields.map((f) => f.name);
-    this.rows = [];
-  }
+  // (not sent: no Describe)
+  handleRowDescription() {}
 
   handleDataRow(msg) {
+    // the step whose rows these are: the one after those complete
+    const columns = this.steps[this.results.length].columns ?? [];
     const row = {};
-    this.fields.forEach((name, i) => { row[name] = msg.fields[i]; });
+    for (let i = 0; i < columns.length; i += 1) row[columns[i]] = msg.fields[i];
+    if (!this.rows) this.rows = [];
     this.rows.push(row);
   }
 

@@ -38,7 +38,9 @@ export const onBroken = (client, callback) => { if (client[kSession]) client[kSe
 // says the connection is unusable.
 export function release(client, err) {
   const session = client[kSession];
-  delete client[kSession];
+  // not deleted: a deleted property turns the client into a slower
+  // dictionary-mode object for the rest of its life
+  client[kSession] = null;
   if (session) {
     if (session.ready && client.connection) client.connection.removeListener('readyForQuery', session.ready);
     client.removeListener('error', session.listener);

@@ -4,8 +4,8 @@
 // fingerprint input and the response body go as parameters, the body as
 // binary bytes that the server turns into the stored form. With the
 // "prepare" option both statements are parsed once per connection under
-// a name; a transaction-pooling PgBouncer cannot keep those, so it is off
-// by default.
+// a name (BEGIN and COMMIT too); a transaction-pooling PgBouncer cannot
+// keep those, so it is off by default.
 import { createHash } from 'node:crypto';
 import { storedForm } from './response.js';
 
@@ -38,19 +38,22 @@ export function fingerprintOf(method, path, body) {
   return { json: null, hash: createHash('sha256').update(`${method} ${path}\n`).update(bytes).digest() };
 }
 
-// the claim of request = {key, scope, fingerprint} with o's ttl and lease
-export function claimStep(o, request) {
-  const { json, hash } = request.fingerprint;
+const CLAIM_COLUMNS = ['outcome', 'result', 'fence', 'recovery_point', 'retry_after'];
+
+// the claim of key and scope with fingerprint and o's ttl and lease
+export function claimStep(o, key, scope, fingerprint) {
   return {
     text: CLAIM,
     name: named(o, 'pg_idempotency_key_claim'),
-    values: [request.key, request.scope, json, hash, secondsOf(o.ttl), secondsOf(o.lease)],
+    values: [key, scope, fingerprint.json, fingerprint.hash, secondsOf(o.ttl), secondsOf(o.lease)],
+    columns: CLAIM_COLUMNS,
   };
 }
 
 // idem_finish of key with response {status, headers, body}, fence or null
-export function finishStep(o, key, scope, response, fence) {
-  const { status, headers, text } = storedForm(response, o.storedHeaders);
+// (text: the body is UTF-8 text without NUL, response.js isText)
+export function finishStep(o, key, scope, response, text, fence) {
+  const { status, headers } = storedForm(response, o.storedHeaders);
   return {
     text: FINISH,
     name: named(o, 'pg_idempotency_key_finish'),
@@ -59,5 +62,9 @@ export function finishStep(o, key, scope, response, fence) {
   };
 }
 
-export const BEGIN = { text: 'BEGIN' };
-export const COMMIT = { text: 'COMMIT' };
+const BEGIN = { text: 'BEGIN' };
+const COMMIT = { text: 'COMMIT' };
+const BEGIN_NAMED = { text: 'BEGIN', name: 'pg_idempotency_key_begin' };
+const COMMIT_NAMED = { text: 'COMMIT', name: 'pg_idempotency_key_commit' };
+export const beginStep = (o) => (o.prepare ? BEGIN_NAMED : BEGIN);
+export const commitStep = (o) => (o.prepare ? COMMIT_NAMED : COMMIT);

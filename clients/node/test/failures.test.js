@@ -4,6 +4,8 @@
 // responses, an unread body, a handler that never answers (leased), the
 // scope, the stored headers, the key on two header lines.
 import assert from 'node:assert/strict';
+import { isUtf8 } from 'node:buffer';
+import { createHash } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import express from 'express';
 import pg from 'pg';
@@ -12,17 +14,24 @@ import {
   DIRECT, FRAMEWORKS, POOLED, json, ordersOf, pollUntil, post, setupDatabase, sql, uniqueKey,
 } from './helpers.js';
 import { expressIdempotency, fastifyIdempotency } from '../src/index.js';
+import { isText } from '../src/response.js';
 
 await setupDatabase();
 
 const record = async (key) => (await sql('SELECT status, fence FROM idempotent_record WHERE key = $1', [key]))[0];
 const k = (label) => uniqueKey(label.replace(/[^\w.-]+/g, '-'));
 
-// a pool that notes the length of every SQL text its clients send
-function spyPool(real, texts) {
+// a pool that notes the length of every SQL text its clients send, and
+// of every socket write of 64 kB or more (writes: [length])
+function spyPool(real, texts, writes = []) {
   return {
     connect: async () => {
       const client = await real.connect();
+      const { stream } = client.connection;
+      stream.write = function spiedWrite(chunk, ...rest) {
+        if (chunk.length >= 65536) writes.push(chunk.length);
+        return Object.getPrototypeOf(stream).write.call(this, chunk, ...rest);
+      };
       const query = client.query;
       client.query = function spiedQuery(config, ...rest) {
         if (typeof config === 'string') texts.push(config.length);
@@ -31,7 +40,12 @@ function spyPool(real, texts) {
         return query.call(this, config, ...rest);
       };
       const release = client.release;
-      client.release = (err) => { delete client.query; delete client.release; release.call(client, err); };
+      client.release = (err) => {
+        delete client.query;
+        delete client.release;
+        delete stream.write;
+        release.call(client, err);
+      };
       return client;
     },
   };
@@ -85,9 +99,10 @@ for (const framework of FRAMEWORKS) {
     let app;
     let pool;
     const texts = [];
+    const writes = [];
     before(async () => {
       pool = new pg.Pool({ connectionString: DIRECT, max: 4 });
-      app = await listen(framework, { pool: spyPool(pool, texts) });
+      app = await listen(framework, { pool: spyPool(pool, texts, writes) });
     });
     after(async () => {
       await app.close();
@@ -208,6 +223,31 @@ for (const framework of FRAMEWORKS) {
       assert.ok(Math.max(...texts) < 2000, `SQL texts of ${Math.max(...texts)} characters`);
     });
 
+    test('a large response goes to the server as it is: its bytes written alone, not copied into a message; stored exactly', async () => {
+      const key = k(`${framework}-large-write`);
+      writes.length = 0;
+      const first = await post(app.url, '/orders/big?bytes=1000000', { key, body: { sku: 'w' } });
+      assert.equal(first.status, 201);
+      assert.ok(writes.includes(first.body.length), `the body's ${first.body.length} bytes written alone (large writes: ${writes})`);
+      const [stored] = await sql("SELECT md5(convert_to(result->>'body', 'UTF8')) AS md5 FROM idempotent_record WHERE key = $1", [key]);
+      assert.equal(stored.md5, createHash('md5').update(first.body).digest('hex'), 'the stored body, byte for byte');
+      // bytes that are not UTF-8 (every byte value), stored as base64
+      const bytes = Buffer.alloc(90000);
+      for (let i = 0; i < bytes.length; i += 1) bytes[i] = (i * 7 + (i >> 8)) & 255;
+      const binaryKey = k(`${framework}-large-binary`);
+      writes.length = 0;
+      const binary = await post(app.url, '/binary', { key: binaryKey, body: bytes, type: 'application/octet-stream' });
+      assert.equal(binary.status, 200);
+      assert.ok(binary.body.subarray(4).equals(bytes));
+      assert.ok(writes.includes(binary.body.length), `the body's ${binary.body.length} bytes written alone (large writes: ${writes})`);
+      const [b64] = await sql("SELECT md5(decode(result->>'body_base64', 'base64')) AS md5 FROM idempotent_record WHERE key = $1",
+        [binaryKey]);
+      assert.equal(b64.md5, createHash('md5').update(binary.body).digest('hex'), 'the stored bytes, byte for byte');
+      const replay = await post(app.url, '/binary', { key: binaryKey, body: bytes, type: 'application/octet-stream' });
+      assert.equal(replay.headers['idempotent-replayed'], 'true');
+      assert.ok(replay.body.equals(binary.body));
+    });
+
     test('a response over maxResponseBytes: 500 response-too-large, rolled back, the key free', async () => {
       const key = k(`${framework}-too-big`);
       const r = await post(app.url, '/orders/too-big?bytes=4000', { key, body: {} });
@@ -269,12 +309,35 @@ for (const framework of FRAMEWORKS) {
   });
 }
 
+describe('the text check of a large body, a megabyte per turn of the event loop', () => {
+  test('a character across a slice boundary is text; an invalid byte or NUL past the first slice is not', async () => {
+    const MiB = 1024 * 1024;
+    for (const offset of [-3, -2, -1, 0, 1]) {
+      // a 4-byte character starting around the first slice boundary
+      const body = Buffer.concat([Buffer.alloc(MiB + offset, 'a'), Buffer.from('😀'), Buffer.alloc(MiB, 'é')]);
+      assert.equal(await isText(body), true, `offset ${offset}`);
+      assert.equal(await isText(body), isUtf8(body), `offset ${offset}: as a whole-buffer check says`);
+    }
+    const text = Buffer.from('é€😀a'.repeat(300000));
+    for (const [at, byte] of [[2 * MiB + 1, 0xff], [text.length - 1, 0x80], [2 * MiB + 100, 0]]) {
+      const spoilt = Buffer.from(text);
+      spoilt[at] = byte;
+      assert.equal(await isText(spoilt), false, `byte ${byte} at ${at}`);
+    }
+    assert.equal(await isText(text), true);
+    assert.equal(await isText(Buffer.alloc(0)), true);
+  });
+});
+
 describe('setup and the request body', () => {
-  test('a missing or empty scope, or Set-Cookie among the stored headers, is refused at setup', async () => {
+  test('a missing or empty scope, Set-Cookie among the stored headers, or a response limit no record holds, is refused at setup', async () => {
     const pool = new pg.Pool({ connectionString: DIRECT, max: 1 });
     assert.throws(() => expressIdempotency({ pool }), /"scope" option is required/);
     assert.throws(() => expressIdempotency({ pool, scope: '' }), /"scope" option is required/);
     assert.throws(() => expressIdempotency({ pool, scope: 's', storedHeaders: ['Set-Cookie'] }), /set-cookie/);
+    // more than a record's stored form can hold (a jsonb string, base64 for bytes)
+    assert.throws(() => expressIdempotency({ pool, scope: 's', maxResponseBytes: 200000001 }), /maxResponseBytes/);
+    assert.equal(typeof expressIdempotency({ pool, scope: 's', maxResponseBytes: 200000000 }), 'function');
     const Fastify = (await import('fastify')).default;
     const app = Fastify();
     app.register(fastifyIdempotency, { pool });
