@@ -7,7 +7,9 @@
 // gets the answer req.idempotency.client gets.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { ORMS, listen, statementLog } from './orm/app.js';
+import {
+  ORMS, listen, listenFastify, statementLog,
+} from './orm/app.js';
 import {
   DIRECT, POOLED, json, post, setupDatabase, sql, uniqueKey,
 } from './helpers.js';
@@ -24,6 +26,25 @@ for (const [target, dsn] of targets) {
     let app;
     before(async () => { app = await listen(dsn); });
     after(() => app.close());
+
+    test('Fastify: the three ORMs in one request share the claim\'s transaction', async () => {
+      const fastify = await listenFastify(dsn);
+      try {
+        const key = uniqueKey('fastify-all');
+        const first = await post(fastify.url, '/all/orders', { key });
+        const again = await post(fastify.url, '/all/orders', { key });
+        assert.equal(first.status, 201, first.body.toString());
+        assert.equal(again.headers['idempotent-replayed'], 'true');
+        assert.equal(again.body.toString(), first.body.toString());
+        assert.deepEqual(await skus(key), ORMS);
+        const failed = uniqueKey('fastify-all-fail');
+        assert.equal((await post(fastify.url, '/all/orders', { key: failed, body: { fail: true } })).status, 500);
+        assert.deepEqual(await skus(failed), []);
+        assert.equal(await recordOf(failed), undefined);
+      } finally {
+        await fastify.close();
+      }
+    });
 
     for (const orm of ORMS) {
       test(`${orm}: the write and the stored response commit together; the retry replays`, async () => {

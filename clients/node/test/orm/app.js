@@ -12,10 +12,36 @@
 //   POST /:orm/raise    raises SQLSTATE body.code through the ORM (40001
 //                       the first time a key is seen only)
 //   POST /raw/raise     the same through req.idempotency.client
+// Fastify, POST /all/orders: one order through each of the three ORMs in
+// the one request ({"fail": true}: then throws)
+export async function listenFastify(dsn) {
+  const pool = new pg.Pool({ connectionString: dsn, max: 10 });
+  const o = ormsOver(dsn);
+  const app = Fastify();
+  await app.register(fastifyIdempotency, { pool, scope: 'orm-tests' });
+  app.post('/all/orders', async (request, reply) => {
+    const ids = [];
+    for (const orm of ORMS) {
+      ids.push(Number(await o[orm].insert(await o[orm].trx(request.idempotency), request.idempotency.key, orm)));
+    }
+    if (request.body.fail) throw new Error('the handler failed after its inserts');
+    return reply.code(201).send({ ids });
+  });
+  const url = await app.listen({ port: 0, host: '127.0.0.1' });
+  return {
+    url,
+    close: async () => {
+      await app.close();
+      await Promise.all([pool.end(), ...Object.values(o).map((x) => x.close())]);
+    },
+  };
+}
+
 // The server's statement log of a request ({"log": true}: log_statement
 // all, sent to the client, for the rest of the claim's transaction) is
 // kept in statementLog (key -> statements).
 import express from 'express';
+import Fastify from 'fastify';
 import knexFactory from 'knex';
 import { Kysely, PostgresDialect, sql as ksql } from 'kysely';
 import { drizzle } from 'drizzle-orm/node-postgres';
@@ -23,6 +49,7 @@ import { sql as dsql } from 'drizzle-orm';
 import { bigserial, pgTable, text } from 'drizzle-orm/pg-core';
 import pg from 'pg';
 import { expressIdempotency } from '../../src/express.js';
+import { fastifyIdempotency } from '../../src/fastify.js';
 import { knexTransaction } from '../../src/orm/knex.js';
 import { kyselyTransaction } from '../../src/orm/kysely.js';
 import { drizzleDatabase } from '../../src/orm/drizzle.js';
