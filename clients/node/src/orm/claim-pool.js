@@ -1,0 +1,77 @@
+// The claim's client in the shapes ORMs take: a connection (claimClient)
+// and a pg.Pool (claimPool) that always hands out that one connection.
+// Over the guarded client of req.idempotency (session.js), so every
+// statement keeps its guard: COMMIT, ROLLBACK and a second BEGIN are refused
+// and end the request with 500 transaction-ended.
+//
+// claimClient(client) -> a client that forwards everything to client, with:
+// - the ORM's own BEGIN (a bare BEGIN or START TRANSACTION, the first one
+//   it sends) answered here with no round trip: the transaction the ORM
+//   opens is the claim's, already open;
+// - callback-style queries sent in promise style, so the guard records
+//   their errors as it does the handler's (a 40001 re-runs the request, an
+//   outage answers 503, as for req.idempotency.client);
+// - release() doing nothing: the package releases the claim's client.
+//
+// claimPool(client) -> {connect(), query(...), end(), on(), off()}:
+// connect() resolves to claimClient(client) (the same one every time),
+// query() runs on it, end() does nothing (the pool is the application's).
+const OPENING = /^\s*(?:BEGIN|START\s+TRANSACTION)\s*;?\s*$/i;
+
+const textOf = (config) => (typeof config === 'string' ? config : config && config.text);
+
+// what node-postgres resolves for BEGIN
+const begun = () => ({
+  command: 'BEGIN', rowCount: null, oid: null, rows: [], fields: [], rowAsArray: false,
+});
+
+function settle(promise, callback) {
+  if (!callback) return promise;
+  promise.then((result) => callback(null, result), (err) => callback(err));
+  return undefined;
+}
+
+export function claimClient(client) {
+  let joined = false;
+  const query = function claimQuery(config, values, callback) {
+    const cb = typeof values === 'function' ? values : typeof callback === 'function' ? callback
+      : config && typeof config === 'object' && typeof config.callback === 'function' ? config.callback : null;
+    const params = typeof values === 'function' ? undefined : values;
+    if (config && typeof config.submit === 'function') return client.query(config, values, callback);
+    const text = textOf(config);
+    if (!joined && typeof text === 'string' && OPENING.test(text)) {
+      joined = true;
+      return settle(Promise.resolve(begun()), cb);
+    }
+    if (!cb) return client.query(config, params);
+    const { callback: _ignored, ...rest } = typeof config === 'object' ? config : { text: config };
+    return settle(client.query(typeof config === 'object' ? rest : config, params), cb);
+  };
+  // properties an ORM sets on its connection (knex's __knexTxId) stay on
+  // the facade, off the pooled client
+  const own = { query, release: () => {} };
+  return new Proxy(client, {
+    get: (target, prop) => (Object.hasOwn(own, prop) ? own[prop] : Reflect.get(target, prop)),
+    set: (target, prop, value) => { own[prop] = value; return true; },
+    deleteProperty: (target, prop) => delete own[prop],
+  });
+}
+
+export function claimPool(client) {
+  const facade = claimClient(client);
+  return {
+    connect: (callback) => {
+      if (!callback) return Promise.resolve(facade);
+      process.nextTick(callback, null, facade, facade.release);
+      return undefined;
+    },
+    query: (...args) => facade.query(...args),
+    end: (callback) => settle(Promise.resolve(), callback),
+    on() { return this; },
+    off() { return this; },
+    removeListener() { return this; },
+    totalCount: 1,
+    idleCount: 0,
+    waitingCount: 0,
+  };
+}
