@@ -77,23 +77,17 @@ for (const [target, dsn] of TARGETS) {
       });
     }
 
-    test('prisma: the PrismaClient itself inside prismaTransaction() is refused; nothing commits', async () => {
-      const key = uniqueKey('prisma-outside');
-      const r = await post(app.url, '/prisma/orders?outside=1', { key, body: { sku: key } });
-      assert.equal(r.status, 500);
-      assert.equal(json(r).type, 'urn:idempotency:transaction-ended');
-      assert.deepEqual(await skusOf(key), []);
-      assert.equal(await recordOf(key), undefined);
-    });
-
-    test('typeorm: commitTransaction() of the bound runner is refused, nothing commits', async () => {
-      const key = uniqueKey('typeorm-commit');
-      const r = await post(app.url, '/typeorm/orders?commit=1', { key, body: { sku: key } });
-      assert.equal(r.status, 500);
-      assert.equal(json(r).type, 'urn:idempotency:transaction-ended');
-      assert.deepEqual(await skusOf(key), []);
-      assert.equal(await recordOf(key), undefined);
-    });
+    for (const [orm, query, what] of [['prisma', 'outside', 'the PrismaClient itself inside prismaTransaction()'],
+      ['typeorm', 'commit', 'commitTransaction() of the bound runner']]) {
+      test(`${orm}: ${what} is refused, nothing commits`, async () => {
+        const key = uniqueKey(`${orm}-${query}`);
+        const r = await post(app.url, `/${orm}/orders?${query}=1`, { key, body: { sku: key } });
+        assert.equal(r.status, 500);
+        assert.equal(json(r).type, 'urn:idempotency:transaction-ended');
+        assert.deepEqual(await skusOf(key), []);
+        assert.equal(await recordOf(key), undefined);
+      });
+    }
 
     test('typeorm: manager.transaction() inside is a savepoint: its failure rolls back only its rows', async () => {
       const key = uniqueKey('typeorm-nested');
