@@ -572,8 +572,11 @@ part sizes && { bench_sizes || FAILED_ROWS+=(sizes); }
 # (package-wait's duplicates of the app's own requests wait in memory).
 # The references run new keys only: the package's transaction shape with
 # no idempotency work, and with the least record a hand-written middleware
-# keeps (bench/http/app.js).
+# keeps (bench/http/app.js). The ORM row: the package with the handler's
+# insert through Prisma (package-prisma), new keys and storm, set against
+# the package on the raw driver in the same runs.
 B9_VARIANTS=(none express-idempotency node-idempotency package)
+B9_ORMS=(package-prisma)
 B9_REFERENCES=(round-trips hand-record)
 B9_PORT=${IDEM_B9_PORT:-18380}
 b9_app_start() {  # VARIANT: the app on B9_PORT, its pid file registered
@@ -605,6 +608,8 @@ bench_http_middlewares() {
     { command -v npm >/dev/null || ensure_packages nodejs npm; } && ensure_packages wrk \
         && (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
         && (cd bench/http && npm ci --no-audit --no-fund --loglevel=error) \
+        && (cd bench/http && PRISMA_SCHEMA_ENGINE_BINARY=/bin/true CHECKPOINT_DISABLE=1 \
+            node_modules/.bin/prisma generate --schema schema.prisma >/dev/null) \
         && createdb idem_bench_http \
         && psql -X -q -v ON_ERROR_STOP=1 -d idem_bench_http -c 'CREATE EXTENSION idempotency' \
             -c 'CREATE TABLE bench_http_order (id bigserial PRIMARY KEY, idempotency_key text, sku text, qty int)' \
@@ -614,7 +619,7 @@ bench_http_middlewares() {
     export BENCH_DSN="postgresql://postgres@/idem_bench_http?host=$PGHOST&port=$PGPORT"
     export BENCH_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
     for run in $(seq "$RUNS"); do
-        for v in "${B9_VARIANTS[@]}" package-wait "${B9_REFERENCES[@]}"; do
+        for v in "${B9_VARIANTS[@]}" package-wait "${B9_ORMS[@]}" "${B9_REFERENCES[@]}"; do
             b9_app_start "$v" || { FAILED_ROWS+=("b9_$v"); continue; }
             [ "$v" = package-wait ] || b9_wrk "b9_${v}_new" 1
             [[ " ${B9_REFERENCES[*]} " = *" $v "* ]] || b9_wrk "b9_${v}_storm" 5
@@ -869,6 +874,13 @@ b9_row "storm (5 copies), requests/s" "${cells[@]}"
 cells=()
 for v in "${B9_VARIANTS[@]}"; do cells+=("$(total "b9_${v}_storm_dup")"); done
 b9_row "storm: duplicate rows (all runs)" "${cells[@]}"
+for v in "${B9_ORMS[@]}"; do
+    b9_row "new keys, ${v#package-} in the handler" – – – \
+        "$(fmt "$(med "b9_${v}_new")") ($(fmt "$(ratio "b9_${v}_new" b9_package_new)" 2)x)"
+    b9_row "storm, ${v#package-} in the handler" – – – \
+        "$(fmt "$(med "b9_${v}_storm")") ($(fmt "$(ratio "b9_${v}_storm" b9_package_storm)" 2)x)"
+    b9_row "storm: duplicate rows, ${v#package-}" – – – "$(total "b9_${v}_storm_dup")"
+done
 cells=()
 for v in "${B9_VARIANTS[@]}"; do cells+=("$(b9_field "kill.$v" duplicated) / $(b9_field "kill.$v" unanswered) / $(b9_field "kill.$v" stuck)"); done
 b9_row "kill -9: 2+ rows / no 2xx / 409" "${cells[@]}"

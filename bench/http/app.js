@@ -9,6 +9,10 @@
 //   package              this repository's clients/node (pg-idempotency-key),
 //                        prepare: true (the app connects directly);
 //                        package-wait: the same, duplicates polling up to 10 s
+//   package-prisma       the same with the handler's insert through Prisma
+//                        (pg-idempotency-key/prisma: prismaTransaction,
+//                        @prisma/adapter-pg on the same pool; the client
+//                        generated from schema.prisma by scripts/bench.sh)
 // and two references for new keys, the package's transaction shape with
 // less work in it (one pooled connection, three round trips):
 //   round-trips          BEGIN with a one-row SELECT, the insert, a one-row
@@ -102,6 +106,19 @@ if (variant === 'none' || variant === 'express-idempotency') {
     const { rows } = await req.idempotency.client.query(INSERT, [req.idempotency.key, req.body.sku, req.body.qty]);
     failOnce(req.path, req.idempotency.key);
     res.status(201).json(orderBody(rows[0].id, req.body));
+  });
+} else if (variant === 'package-prisma') {
+  const { PrismaPg } = await import('@prisma/adapter-pg');
+  const { idempotentAdapter, prismaTransaction } = await import('../../clients/node/src/orm/prisma.js');
+  const { PrismaClient } = (await import('./generated/prisma/index.js')).default;
+  const prisma = new PrismaClient({ adapter: idempotentAdapter(new PrismaPg(pool)) });
+  const idem = expressIdempotency({ pool, scope: 'bench', prepare: true, waitFor: 0 });
+  app.post(ROUTES, idem, async (req, res) => {
+    const order = await prismaTransaction(prisma, req.idempotency, (tx) => tx.benchHttpOrder.create({
+      data: { idempotencyKey: req.idempotency.key, sku: req.body.sku, qty: req.body.qty },
+    }));
+    failOnce(req.path, req.idempotency.key);
+    res.status(201).json(orderBody(Number(order.id), req.body));
   });
 } else if (variant === 'round-trips' || variant === 'hand-record') {
   const lit = (v) => pg.Client.prototype.escapeLiteral(String(v));

@@ -16,13 +16,26 @@
 // claimPool(client) -> {connect(), query(...), end(), on(), off()}:
 // connect() resolves to claimClient(client) (the same one every time),
 // query() runs on it, end() does nothing (the pool is the application's).
+//
+// transactionPool(client) -> the same pool shape, for ORMs whose own
+// transaction wraps the handler's work and always ends it (Prisma's
+// $transaction, TypeORM's QueryRunner): every BEGIN and COMMIT is answered
+// here (the claim's transaction is already open and the package commits
+// it with the stored response); a ROLLBACK goes to the guard, which
+// refuses it and dooms the request (500 transaction-ended, nothing
+// committed) while the ORM's own rollback resolves.
+import { EventEmitter } from 'node:events';
+
 const OPENING = /^\s*(?:BEGIN|START\s+TRANSACTION)\s*;?\s*$/i;
+const START = /^\s*(?:BEGIN|START\s+TRANSACTION)\b/i;
+const ENDING = /^\s*(?:COMMIT|END)\s*;?\s*$/i;
+const ROLLBACK = /^\s*(?:ROLLBACK|ABORT)\s*;?\s*$/i;
 
 const textOf = (config) => (typeof config === 'string' ? config : config && config.text);
 
-// what node-postgres resolves for BEGIN
-const begun = () => ({
-  command: 'BEGIN', rowCount: null, oid: null, rows: [], fields: [], rowAsArray: false,
+// what node-postgres resolves for a transaction command
+const answered = (command) => ({
+  command, rowCount: null, oid: null, rows: [], fields: [], rowAsArray: false,
 });
 
 function settle(promise, callback) {
@@ -41,7 +54,7 @@ export function claimClient(client) {
     const text = textOf(config);
     if (!joined && typeof text === 'string' && OPENING.test(text)) {
       joined = true;
-      return settle(Promise.resolve(begun()), cb);
+      return settle(Promise.resolve(answered('BEGIN')), cb);
     }
     if (!cb) return client.query(config, params);
     const { callback: _ignored, ...rest } = typeof config === 'object' ? config : { text: config };
@@ -74,4 +87,40 @@ export function claimPool(client) {
     idleCount: 0,
     waitingCount: 0,
   };
+}
+
+// the client as an ORM with its own transaction sees it (transactionPool)
+function transactionClient(client) {
+  const query = (config, values, callback) => {
+    const text = textOf(config);
+    const cb = typeof values === 'function' ? values : callback;
+    let result;
+    if (typeof text === 'string' && (START.test(text) || ENDING.test(text))) {
+      result = Promise.resolve(answered(START.test(text) ? 'BEGIN' : 'COMMIT'));
+    } else if (typeof text === 'string' && ROLLBACK.test(text)) {
+      // refused by the guard, which dooms the request: the ORM's rollback
+      // itself succeeds (its transaction is rolled back with the claim's)
+      result = client.query('ROLLBACK').then(() => answered('ROLLBACK'), () => answered('ROLLBACK'));
+    } else {
+      return client.query(config, values, callback);
+    }
+    return settle(result, cb);
+  };
+  return Object.assign(new EventEmitter(), {
+    query,
+    release() {},
+    get processID() { return client.processID; },
+  });
+}
+
+export function transactionPool(client) {
+  const one = transactionClient(client);
+  return Object.assign(new EventEmitter(), {
+    connect: async () => one,
+    query: (...args) => one.query(...args),
+    end: async () => {},
+    totalCount: 1,
+    idleCount: 0,
+    waitingCount: 0,
+  });
 }
