@@ -25,7 +25,7 @@ EXAMPLES = re.findall(re.escape(MARK) + r"\n```python\n(.*?)\n```", README, re.S
 CURL = re.search(r"```sh\n(curl -i -X POST localhost:8000/orders .*?)\n```", README, re.S).group(1)
 
 
-def test_the_readme_has_both_examples():
+def test_the_readme_has_the_three_examples():
     assert [e.split()[1] for e in EXAMPLES] == ["shop_fastapi.py", "shop_flask.py", "shop_fastapi_async.py"]
 
 

@@ -129,7 +129,7 @@ def body_too_large(o):
 
 
 def response_too_large(o):
-    return problem(500, "response-too-large", "Response too large to record",
+    return problem(500, "response-too-large", "Response too large to store",
                    f"The response has more than {o.max_response_bytes} bytes, more than can be recorded;"
                    " nothing was committed, the key is free.")
 
