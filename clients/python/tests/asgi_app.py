@@ -125,6 +125,16 @@ async def leased(request):
                     201, media_type="application/json")
 
 
+async def hang(request):
+    """leased, with a time limit of 0.3 s: the first claim (fence 1) places
+    an order, then does not answer (for 120 s); a takeover answers at once"""
+    idem = request.state.idempotency
+    order_id = await place_order(await idem.begin(), idem.key, {"sku": "hang"}, tenant_of(request))
+    if idem.fence == 1:
+        await asyncio.sleep(120)
+    return Response(json.dumps({"order_id": order_id, "fence": idem.fence}), 201, media_type="application/json")
+
+
 async def side_effect(key, what, fail):
     """a background task: records, on a connection of its own, what it saw
     of the request's record (committed before it runs?) once the test's
@@ -247,7 +257,7 @@ ROUTES = {
     "/orders": order, "/orders/optional": order, "/orders/wait": order, "/orders/throw": throw_after_insert,
     "/orders/503": answer_503, "/orders/404": answer_404, "/orders/404-not-stored": answer_404,
     "/orders/conflict": conflict, "/orders/conflict-at-commit": conflict, "/orders/leased": leased, "/binary": binary,
-    "/orders/background": with_background_task, "/orders/end-transaction": end_transaction,
+    "/orders/hang": hang, "/orders/background": with_background_task, "/orders/end-transaction": end_transaction,
     "/orders/raise": raise_sqlstate, "/orders/cookie": cookie, "/orders/small": order, "/orders/large": large,
 }
 app = Starlette(routes=[Route(p, f, methods=["POST"]) for p, f in ROUTES.items()]
@@ -259,7 +269,9 @@ app = Starlette(routes=[Route(p, f, methods=["POST"]) for p, f in ROUTES.items()
 app.add_middleware(IdempotencyMiddleware, pool=pool, scope=principal,
                    routes={"/orders/optional": {"required": False}, "/orders/wait": {"wait_for": 120},
                            "/orders/404-not-stored": {"store_client_errors": False},
-                           "/orders/leased": {"lease": 30}, "/orders/small": {"max_body_bytes": 1000},
+                           "/orders/leased": {"lease": 30},
+                           "/orders/hang": {"lease": 60, "handler_timeout": 0.3, "heartbeat": 0.1},
+                           "/orders/small": {"max_body_bytes": 1000},
                            "/orders/large": {"max_response_bytes": 1000}})
 app.add_middleware(AuthenticationMiddleware, backend=BearerUser())
 

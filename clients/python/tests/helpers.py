@@ -151,8 +151,9 @@ def start_app(framework, dsn, port, pool=4, pool_timeout=30):
                IDEM_APP_POOL_TIMEOUT=str(pool_timeout),
                DJANGO_SETTINGS_MODULE="django_orders.settings",
                PYTHONPATH=os.pathsep.join([HERE, os.path.join(HERE, "..", "src")]))
-    if framework in ("asgi", "fastapi"):
-        module = "asgi_app:counted" if framework == "asgi" else "fastapi_orders:app"
+    if framework in ("asgi", "fastapi", "fastapi-async"):
+        module = {"asgi": "asgi_app:counted", "fastapi": "fastapi_orders:app",
+                  "fastapi-async": "fastapi_async_orders:app"}[framework]
         command = ["-m", "uvicorn", module, "--host", "127.0.0.1", "--port", str(port), "--log-level", "error"]
     else:
         command = ["-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "32",

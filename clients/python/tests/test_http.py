@@ -6,6 +6,7 @@ import http.client
 import json
 import signal
 import threading
+import time
 
 import pytest
 
@@ -211,6 +212,27 @@ def test_leased_mode(app):
     assert record(failed)[0] == "in_progress"
     assert post(app, "/orders/leased?fail=1", key=failed)[0] == 500
     assert record(failed)[1] == 2  # the retry took the released key over
+
+
+def test_leased_handler_past_its_time_limit_is_abandoned_and_a_retry_takes_over(app):
+    """handler_timeout (0.3 s on /orders/hang, lease 60 s): 503
+    handler-timeout with Retry-After = the lease, nothing committed, the
+    key still claimed and no longer extended by the heartbeat (every 0.1 s
+    there, ASGI); once the lease ends a retry takes it over"""
+    key = unique_key("hang")
+    status, headers, body = post(app, "/orders/hang", key=key)
+    assert status == 503 and problem_type(body) == "urn:idempotency:handler-timeout", (status, body)
+    assert headers["retry-after"] == "60"
+    assert record(key)[0] == "in_progress" and orders_of([key]) == {}
+    lease = "SELECT locked_until FROM idempotent_record WHERE key = %s"
+    locked_until = sql(lease, [key])
+    time.sleep(1)  # ten heartbeats, were it still running (it could only miss them, never fail)
+    assert sql(lease, [key]) == locked_until
+    sql("UPDATE idempotent_record SET locked_until = now() - interval '1 second' WHERE key = %s", [key])
+    status, _, body = post(app, "/orders/hang", key=key)
+    assert status == 201 and json.loads(body)["fence"] == 2, body
+    assert post(app, "/orders/hang", key=key)[2] == body
+    assert orders_of([key]) == {key: 1} and record(key)[0] == "succeeded"
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

@@ -1,9 +1,10 @@
 """The ORM integrations: Flask + Flask-SQLAlchemy (FlaskIdempotency, under
-gunicorn) and FastAPI with SQLAlchemyIdempotencyMiddleware (under
-uvicorn), directly and through PgBouncer.  The handlers write through
-the request's SQLAlchemy Session (orm_orders.py) and call
-session.commit(), as ORM code does: those writes commit with the stored
-response, or not at all.  The storm over two processes and the kill -9
+gunicorn), FastAPI with SQLAlchemyIdempotencyMiddleware and FastAPI with
+SQLAlchemyAsyncIdempotencyMiddleware (an AsyncSession on asyncpg; both
+under uvicorn), directly and through PgBouncer.  The handlers write
+through the request's SQLAlchemy Session or AsyncSession (orm_orders.py,
+orm_async_orders.py) and call session.commit(), as ORM code does: those
+writes commit with the stored response, or not at all.  The storm over two processes and the kill -9
 also run against the Django app, whose views write through Django's ORM."""
 import http.client
 import json
@@ -17,14 +18,15 @@ from helpers import (PORT, TARGETS, Gate, framework_of, orders_of, post, problem
 from test_http import concurrently
 from test_requests import test_two_key_header_lines_are_refused as two_key_lines_refused
 
-ORMS = ["flask", "fastapi"]
+ORMS = ["flask", "fastapi", "fastapi-async"]
 APPS = [(f, t, dsn) for f in ORMS for t, dsn in TARGETS]
+APP_PORTS = [PORT + n for n in (8, 9, 10, 11, 15, 16)]  # PORT + 12 to 14: the tests' own servers
 
 
 @pytest.fixture(scope="module", params=APPS, ids=[f"{f}-{t}" for f, t, _ in APPS])
 def orm_app(request):
     framework, _, dsn = request.param
-    proc, url = start_app(framework, dsn, PORT + 8 + APPS.index(request.param))
+    proc, url = start_app(framework, dsn, APP_PORTS[APPS.index(request.param)])
     yield url
     stop_app(proc)
 

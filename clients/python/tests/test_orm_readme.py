@@ -25,8 +25,8 @@ EXAMPLES = re.findall(re.escape(MARK) + r"\n```python\n(.*?)\n```", README, re.S
 CURL = re.search(r"```sh\n(curl -i -X POST localhost:8000/orders .*?)\n```", README, re.S).group(1)
 
 
-def test_the_readme_has_both_examples():
-    assert [e.split()[1] for e in EXAMPLES] == ["shop_fastapi.py", "shop_flask.py"]
+def test_the_readme_has_the_three_examples():
+    assert [e.split()[1] for e in EXAMPLES] == ["shop_fastapi.py", "shop_flask.py", "shop_fastapi_async.py"]
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e.split()[1] for e in EXAMPLES])
@@ -34,7 +34,10 @@ def test_example_runs_as_printed(example, tmp_path):
     name, command = re.match(r"# (\S+) — run: (.*)", example.splitlines()[0]).groups()
     (tmp_path / name).write_text(example + "\n", encoding="utf-8")
     port = str(PORT + 14)
-    env = dict(os.environ, DATABASE_URL=sa_url(DIRECT), PYTHONPATH=os.path.join(PACKAGE, "src"))
+    url = sa_url(DIRECT)
+    if "create_async_engine" in example:
+        url = url.replace("postgresql+psycopg2:", "postgresql+asyncpg:")
+    env = dict(os.environ, DATABASE_URL=url, PYTHONPATH=os.path.join(PACKAGE, "src"))
     argv = [sys.executable, "-m", *command.replace("8000", port).split()]
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env, start_new_session=True)
     try:

@@ -2,7 +2,9 @@
 pg_idempotency_key.asgi.IdempotencyMiddleware (Starlette, FastAPI) and
 pg_idempotency_key.django.IdempotencyMiddleware; with SQLAlchemy sessions,
 pg_idempotency_key.sqlalchemy_asgi.SQLAlchemyIdempotencyMiddleware
-(Starlette, FastAPI) and pg_idempotency_key.flask.FlaskIdempotency."""
+(Starlette, FastAPI), its AsyncSession counterpart
+pg_idempotency_key.sqlalchemy_async.SQLAlchemyAsyncIdempotencyMiddleware
+(asyncpg) and pg_idempotency_key.flask.FlaskIdempotency."""
 from .core import Options
 
 __all__ = ["Options"]

@@ -19,13 +19,14 @@ import json
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from .core import (RETRYABLE, Options, Response, answer_of, answer_of_error, body_too_large, check_key, claim_sql,
-                   decode_stored, encode_stored, fail_sql, finish_sql, fingerprint, in_progress, keeps, not_claimed,
-                   response_too_large, scope_missing, sqlstate_of, transaction_ended)
+from .core import (Options, Response, RetryRequest, answer_of_error, body_too_large, check_key, claim_sql,
+                   decode_stored, encode_stored, fail_sql, failure_answer, finish_sql, fingerprint, handler_timeout,
+                   in_progress, keeps, not_claimed, response_too_large, scope_missing, sqlstate_of, transaction_ended)
 from .flights import TIMED_OUT, await_flight, flight_of, land, take_off
 from .guard import GuardedConnection
 
 TOO_LARGE = object()
+OVERTIME = object()  # what _AppRun.result gives for a handler past its time limit
 
 
 def header(scope, name):
@@ -45,6 +46,20 @@ async def send_response(send, r):
     headers.append((b"content-length", str(len(r.body)).encode()))
     await send({"type": "http.response.start", "status": r.status, "headers": headers})
     await send({"type": "http.response.body", "body": r.body})
+
+
+async def send_answer(send, answer, runs):
+    """sends answer; the application's run that made it goes on (to its
+    background tasks) once it is sent, every other run is cancelled"""
+    sent = [r for r in runs if r.response.done() and r.response.result() is answer]
+    for r in runs:
+        if r not in sent:
+            await r.abandon()
+    try:
+        await send_response(send, answer)
+    finally:
+        for r in sent:
+            await r.release()
 
 
 async def read_body(receive, limit):
@@ -127,7 +142,6 @@ class _AppRun:
         self._limit = max_response_bytes
         self._body = body
         self._status, self._headers, self._chunks, self._size = None, [], [], 0
-        self.answered = None  # the Response, once it is the one to send
         self.task = asyncio.ensure_future(app(scope, self._receive, self._capture))
 
     async def _receive(self):
@@ -155,9 +169,13 @@ class _AppRun:
                                          Response(self._status, self._headers, b"".join(self._chunks)))
                 await self.sent.wait()
 
-    async def result(self):
-        """-> the complete Response (or TOO_LARGE); raises what the application raised"""
-        await asyncio.wait({self.response, self.task}, return_when=asyncio.FIRST_COMPLETED)
+    async def result(self, timeout=None):
+        """-> the complete Response (or TOO_LARGE, or OVERTIME after timeout
+        seconds without one); raises what the application raised"""
+        done, _ = await asyncio.wait({self.response, self.task}, timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if not done:
+            return OVERTIME
         if self.response.done():
             return self.response.result()
         self.task.result()
@@ -175,14 +193,6 @@ class _AppRun:
         await asyncio.wait({self.task})
         if not self.task.cancelled():
             self.task.exception()  # its failure is no longer anyone's answer
-
-
-class _Retry(Exception):
-    """the transaction ended with 40001 / 40P01: run the request again"""
-
-    def __init__(self, sqlstate):
-        super().__init__(sqlstate)
-        self.sqlstate = sqlstate
 
 
 class Idempotency:
@@ -287,25 +297,17 @@ class IdempotencyMiddleware:
             runs = []  # the application's run, if it answered
             try:
                 answer = await self._attempt(o, scope, body, request, runs)
-            except _Retry as r:
+            except RetryRequest as r:
                 for run in runs:
                     await run.abandon()
                 if attempt < o.retries:
                     continue
-                answer = answer_of(r.sqlstate)
+                answer = r.answer()
             except BaseException:
                 for run in runs:
                     await run.abandon()
                 raise
-            sent = [run for run in runs if run.answered is answer]
-            for run in runs:
-                if run not in sent:
-                    await run.abandon()
-            try:
-                await send_response(send, answer)
-            finally:
-                for run in sent:
-                    await run.release()
+            await send_answer(send, answer, runs)
             return
 
     async def _attempt(self, o, scope, body, request, runs):
@@ -349,14 +351,10 @@ class IdempotencyMiddleware:
         run = _AppRun(self.app, scope, body, o.max_response_bytes)
         runs.append(run)
         try:
-            response = await run.result()
+            response = await run.result(o.handler_limit if handle.key is not None else None)
         except Exception as exc:
             await self._release(o, handle, 500)
-            if handle.transaction_ended:
-                return transaction_ended()
-            if sqlstate_of(exc) in RETRYABLE:
-                raise _Retry(sqlstate_of(exc)) from exc
-            answer = answer_of_error(exc, extension=False)
+            answer = failure_answer(exc, own=False, ended=handle.transaction_ended)
             if answer is None:
                 raise
             return answer
@@ -366,6 +364,14 @@ class IdempotencyMiddleware:
         finally:
             if heartbeat:
                 heartbeat.cancel()
+        if response is OVERTIME:
+            # the heartbeat stopped (above), the handler is cancelled, its
+            # transaction rolls back; the key stays claimed until the lease
+            # ends, then a retry takes it over (fence + 1)
+            await run.abandon()
+            if handle._raw is not None:
+                await self._rollback(handle._take())
+            return handler_timeout(o)
         if response is TOO_LARGE:
             await self._release(o, handle, 500)
             return response_too_large(o)
@@ -373,10 +379,7 @@ class IdempotencyMiddleware:
                                         handle._raw.info.transaction_status == TransactionStatus.IDLE):
             await self._release(o, handle, 500)
             return transaction_ended()
-        answer = await self._complete(o, handle, response)
-        if answer is response:
-            run.answered = response
-        return answer
+        return await self._complete(o, handle, response)
 
     async def _claim(self, o, key, scope_name, fp, deadline):
         """-> an Idempotency handle for a claimed key, or the Response to send;
@@ -401,12 +404,10 @@ class IdempotencyMiddleware:
                 outcome, result, fence, recovery_point, retry_after = await cur.fetchone()
             except psycopg.Error as exc:
                 await self._rollback(conn)
-                if sqlstate_of(exc) in RETRYABLE:
-                    raise _Retry(sqlstate_of(exc)) from exc
-                answer = answer_of_error(exc)
-                if answer:
-                    return answer
-                raise
+                answer = failure_answer(exc)
+                if answer is None:
+                    raise
+                return answer
             if outcome == "claimed":
                 if leased:
                     await self._putconn(conn)
@@ -453,7 +454,7 @@ class IdempotencyMiddleware:
                     await conn.execute("COMMIT")
                 except psycopg.Error as exc:
                     await self._rollback(conn)
-                    answer = answer_of_error(exc, extension=False)
+                    answer = failure_answer(exc, own=False)
                     if answer is None:
                         raise
                     return answer
@@ -486,12 +487,10 @@ class IdempotencyMiddleware:
             state = sqlstate_of(exc)
             if o.lease is not None and state not in ("IK002", "IK003"):
                 await self._release(o, handle, 500)
-            if state in RETRYABLE:
-                raise _Retry(state) from exc
-            answer = answer_of_error(exc)
-            if answer:
-                return answer
-            raise
+            answer = failure_answer(exc)
+            if answer is None:
+                raise
+            return answer
         await self._putconn(conn)
         if handle.flight is not None:
             land(handle.flight, decode_stored(stored))

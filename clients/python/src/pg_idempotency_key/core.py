@@ -22,7 +22,7 @@ NEVER_STORED = frozenset({"set-cookie", "set-cookie2"})
 # committed (except at COMMIT itself), a retry with the same key is safe
 UNAVAILABLE = frozenset({"57P01", "57P02", "57P03", "57014", "25P03", "53300"})
 # the modules whose OperationalError / InterfaceError is a broken connection
-DRIVERS = frozenset({"psycopg", "psycopg2", "psycopg_pool", "django"})
+DRIVERS = frozenset({"psycopg", "psycopg2", "psycopg_pool", "asyncpg", "django"})
 # Citus right after a shard move: (SQLSTATE, words of the message)
 CITUS_MOVED = (("25001", "cannot perform query on placements"),
                ("XX000", "cannot execute a distributed query from a query on a shard"),
@@ -42,6 +42,7 @@ class Options:
     ttl: Optional[float] = None          # seconds; None: idempotency.default_ttl
     lease: Optional[float] = None        # seconds; None: in-transaction claim
     heartbeat: Optional[float] = None    # seconds; None: lease / 3; 0: never
+    handler_timeout: Optional[float] = 300.0  # seconds; leased mode: a handler that has not answered is abandoned
     wait_for: float = 0.0                # seconds a duplicate in flight polls before 409
     poll_from: float = 0.025             # first poll's interval, doubling up to the server's retry_after
     retries: int = 3                     # retries after 40001 / 40P01
@@ -66,6 +67,13 @@ class Options:
         function found no principal (the request is refused: 403)"""
         scope = self.scope(request) if callable(self.scope) else self.scope
         return str(scope) if scope is not None and scope != "" else None
+
+    @property
+    def handler_limit(self):
+        """leased mode: seconds a handler may take before it is abandoned (None: no limit)"""
+        if self.lease is None or not self.handler_timeout:
+            return None
+        return self.handler_timeout
 
     @property
     def heartbeat_every(self):
@@ -121,7 +129,7 @@ def body_too_large(o):
 
 
 def response_too_large(o):
-    return problem(500, "response-too-large", "Response too large to record",
+    return problem(500, "response-too-large", "Response too large to store",
                    f"The response has more than {o.max_response_bytes} bytes, more than can be recorded;"
                    " nothing was committed, the key is free.")
 
@@ -130,6 +138,12 @@ def transaction_ended():
     return problem(500, "transaction-ended", "Transaction ended by the handler",
                    "The handler ended the transaction of the Idempotency-Key's claim (COMMIT, ROLLBACK, BEGIN"
                    " or the like); its later statements were refused and nothing was committed.")
+
+
+def handler_timeout(o):
+    return problem(503, "handler-timeout", "Request took too long",
+                   "The request did not finish in time and was abandoned; a retry with the same key takes it over"
+                   " after the delay given.", [("retry-after", str(max(1, int(-(-o.lease // 1)))))])
 
 
 def is_json(content_type):
@@ -295,15 +309,19 @@ def answer_of(sqlstate, message="", extension=True):
 
 
 def sqlstate_of(exc):
-    """the SQLSTATE of a psycopg 3, psycopg 2 or Django-wrapped error; a
-    connection that broke, closed or could not be had without a word from
-    the server (OperationalError, InterfaceError, psycopg_pool's
-    PoolTimeout) counts as 08006, connection failure"""
-    for e in (exc, getattr(exc, "__cause__", None)):
+    """the SQLSTATE of a psycopg 3, psycopg 2, asyncpg, or Django- or
+    SQLAlchemy-wrapped error; a connection that broke, closed or could not
+    be had without a word from the server (OperationalError,
+    InterfaceError, psycopg_pool's PoolTimeout) counts as 08006,
+    connection failure"""
+    chain = [exc]
+    while len(chain) < 4 and getattr(chain[-1], "__cause__", None) is not None:
+        chain.append(chain[-1].__cause__)
+    for e in chain:
         code = getattr(e, "sqlstate", None) or getattr(e, "pgcode", None)
         if code:
             return code
-    for e in (exc, getattr(exc, "__cause__", None)):
+    for e in chain:
         if any(c.__name__ in ("OperationalError", "InterfaceError") and c.__module__.split(".")[0] in DRIVERS
                for c in type(e).__mro__):
             return "08006"
@@ -313,3 +331,54 @@ def sqlstate_of(exc):
 def answer_of_error(exc, extension=True):
     """the HTTP answer of a database error exc, or None"""
     return answer_of(sqlstate_of(exc), str(exc), extension)
+
+
+class RetryRequest(Exception):
+    """40001 / 40P01: the request's transaction was rolled back by a
+    serialization failure or deadlock, nothing of it committed: it runs
+    again with the same key (up to the route's retries), then answers
+    503 retry"""
+
+    def __init__(self, sqlstate):
+        super().__init__(sqlstate)
+        self.sqlstate = sqlstate
+
+    def answer(self):
+        return answer_of(self.sqlstate)
+
+
+def failure_answer(exc, own=True, ended=False):
+    """The one classification of an error that failed a request (every
+    framework's middleware uses it; nothing of the request committed):
+    ended (the handler ended the claim's transaction itself): 500
+    transaction-ended; 40001 / 40P01: raises RetryRequest; a code with an
+    answer (retry, read-only, unavailable; with own, the extension's
+    codes too): that problem; else None, the application's own error, for
+    the framework to answer (500).  own: exc came from the middleware's
+    statements (the claim, idem_finish, COMMIT), not the handler's."""
+    if ended:
+        return transaction_ended()
+    sqlstate = sqlstate_of(exc)
+    if sqlstate in RETRYABLE:
+        raise RetryRequest(sqlstate) from exc
+    return answer_of(sqlstate, str(exc), own)
+
+
+def has_answer(exc, ended=False):
+    """must the middleware, not the framework, answer the handler's error exc?"""
+    try:
+        return failure_answer(exc, own=False, ended=ended) is not None
+    except RetryRequest:
+        return True
+
+
+def with_retries(o, attempt):
+    """attempt() -> its answer, run again after RetryRequest up to o.retries
+    times; then the 503 retry answer"""
+    for n in range(o.retries + 1):
+        try:
+            return attempt()
+        except RetryRequest as r:
+            if n == o.retries:
+                return r.answer()
+    raise AssertionError("unreachable")

@@ -25,16 +25,10 @@ from django.http import HttpResponse
 from django.urls import Resolver404, resolve
 from django.utils.module_loading import import_string
 
-from .core import (RETRYABLE, Options, Response, answer_of, answer_of_error, body_too_large, check_key, claim_sql,
-                   encode_stored, fail_sql, finish_sql, fingerprint, keeps, not_claimed, response_too_large,
-                   scope_missing, sqlstate_of, transaction_ended)
+from .core import (Options, Response, RetryRequest, answer_of, answer_of_error, body_too_large, check_key, claim_sql,
+                   encode_stored, fail_sql, failure_answer, finish_sql, fingerprint, handler_timeout, keeps, not_claimed,
+                   response_too_large, scope_missing, sqlstate_of, transaction_ended, with_retries)
 from .transaction_control import TransactionEnded, ends_transaction
-
-
-class _Retry(Exception):
-    def __init__(self, sqlstate):
-        super().__init__(sqlstate)
-        self.sqlstate = sqlstate
 
 
 def to_django(r):
@@ -181,21 +175,22 @@ class IdempotencyMiddleware:
         if scope is None:
             return to_django(scope_missing())
         request_fp = request_fingerprint(request)
-        for attempt in range(o.retries + 1):
-            try:
-                answer = self._attempt(o, request, key, scope, request_fp)
-                # the view's own response object goes out as it is
-                return to_django(answer) if isinstance(answer, Response) else answer
-            except _Retry as r:
-                if attempt == o.retries:
-                    return to_django(answer_of(r.sqlstate))
-            except _Answer as a:
-                return to_django(a.response)
-            except DatabaseError as exc:
-                answer = answer_of_error(exc)
-                if answer is None:
-                    raise
-                return to_django(answer)
+        answer = with_retries(o, lambda: self._answer(o, request, key, scope, request_fp))
+        # the view's own response object goes out as it is
+        return to_django(answer) if isinstance(answer, Response) else answer
+
+    def _answer(self, o, request, key, scope, fp):
+        """one run of the request -> the view's response, or the Response
+        of the middleware; raises RetryRequest (run it again)"""
+        try:
+            return self._attempt(o, request, key, scope, fp)
+        except _Answer as a:
+            return a.response
+        except DatabaseError as exc:
+            answer = failure_answer(exc)
+            if answer is None:
+                raise
+            return answer
 
     @staticmethod
     def _routed(request):
@@ -212,26 +207,21 @@ class IdempotencyMiddleware:
         polls = 0
         sql, params = claim_sql(o, key, scope, fp)
         while True:
-            try:
-                with transaction.atomic(using=self.using):
-                    with connections[self.using].cursor() as cur:
-                        cur.execute(sql, params)
-                        outcome, result, fence, recovery_point, retry_after = cur.fetchone()
-                    if outcome != "claimed":
+            with transaction.atomic(using=self.using):
+                with connections[self.using].cursor() as cur:
+                    cur.execute(sql, params)
+                    outcome, result, fence, recovery_point, retry_after = cur.fetchone()
+                if outcome != "claimed":
+                    transaction.set_rollback(True, using=self.using)
+                else:
+                    request.idempotency = Idempotency(o, self.using, key, scope, fence, recovery_point)
+                    response, recorded = self._view(o, request)
+                    if not keeps(o, recorded.status):
                         transaction.set_rollback(True, using=self.using)
-                    else:
-                        request.idempotency = Idempotency(o, self.using, key, scope, fence, recovery_point)
-                        response, recorded = self._view(o, request)
-                        if not keeps(o, recorded.status):
-                            transaction.set_rollback(True, using=self.using)
-                            return response
-                        with connections[self.using].cursor() as cur:
-                            cur.execute(*finish_sql(key, scope, encode_stored(recorded, o.stored_headers)))
                         return response
-            except DatabaseError as exc:
-                if sqlstate_of(exc) in RETRYABLE:
-                    raise _Retry(sqlstate_of(exc)) from exc
-                raise
+                    with connections[self.using].cursor() as cur:
+                        cur.execute(*finish_sql(key, scope, encode_stored(recorded, o.stored_headers)))
+                    return response
             # not claimed: the claim's transaction is over, nothing held
             answer = not_claimed(o, outcome, result, retry_after, polls, deadline, time.monotonic())
             polls += 1
@@ -241,7 +231,7 @@ class IdempotencyMiddleware:
 
     def _view(self, o, request):
         """runs the view -> (its response, the Response to record); raises
-        _Retry or _Answer (in the transaction: it rolls back) for a 500
+        RetryRequest or _Answer (in the transaction: it rolls back) for a 500
         Django made of a database error that has an answer of its own, and
         when the view tried to end the claim's transaction"""
         request._idempotency_error = None
@@ -255,9 +245,7 @@ class IdempotencyMiddleware:
             raise _Answer(response_too_large(o))
         error = request._idempotency_error
         if recorded.status >= 500 and isinstance(error, DatabaseError):
-            if sqlstate_of(error) in RETRYABLE:
-                raise _Retry(sqlstate_of(error))
-            answer = answer_of_error(error, extension=False)
+            answer = failure_answer(error, own=False)
             if answer is not None:
                 raise _Answer(answer)
         return response, recorded
@@ -284,9 +272,16 @@ class IdempotencyMiddleware:
             time.sleep(answer)
         handle = Idempotency(o, self.using, key, scope, fence, recovery_point)
         request.idempotency = handle
+        started = time.monotonic()
         try:
             with transaction.atomic(using=self.using):
                 response, recorded = self._view(o, request)
+                if o.handler_limit is not None and time.monotonic() - started > o.handler_limit:
+                    # a thread cannot be stopped: the late answer is dropped
+                    # as an abandoned one is in the other packages; the key
+                    # stays claimed until the lease ends
+                    transaction.set_rollback(True, using=self.using)
+                    return handler_timeout(o)
                 if handle.unknown:
                     transaction.set_rollback(True, using=self.using)
                     return response
@@ -301,7 +296,7 @@ class IdempotencyMiddleware:
                 return answer_of(sqlstate_of(exc))
             self._fail(conn, key, scope, 500, fence)
             raise
-        except (_Answer, _Retry):
+        except (_Answer, RetryRequest):
             self._fail(conn, key, scope, 500, fence)
             raise
         self._fail(conn, key, scope, recorded.status, fence)

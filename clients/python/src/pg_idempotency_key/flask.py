@@ -11,8 +11,7 @@ from http import HTTPStatus
 import flask
 from werkzeug.exceptions import HTTPException
 
-from .core import (RETRYABLE, Options, Response, answer_of_error, body_too_large, check_key, fingerprint, scope_missing,
-                   sqlstate_of)
+from .core import Options, Response, body_too_large, check_key, fingerprint, has_answer, scope_missing
 from .sqlalchemy_flow import TOO_LARGE, SessionFlow
 from .transaction_control import TransactionEnded
 
@@ -64,13 +63,6 @@ class FlaskIdempotency:
     def _note_error(error):
         if error is not None and "idempotency" in flask.request.environ:
             flask.request.environ["idempotency.error"] = error
-
-
-def _is_ours(error):
-    """must the flow see the view's error (a re-run, a 503, transaction-ended)?"""
-    if isinstance(error, TransactionEnded) or sqlstate_of(error) in RETRYABLE:
-        return True
-    return answer_of_error(error, extension=False) is not None
 
 
 class _Middleware:
@@ -136,7 +128,8 @@ class _Middleware:
             if hasattr(app_iter, "close"):
                 app_iter.close()
         error = environ.get("idempotency.error")
-        if error is not None and _is_ours(error):
+        # the flow answers it (a re-run, a 503, transaction-ended), not Flask
+        if error is not None and has_answer(error, ended=isinstance(error, TransactionEnded)):
             raise error
         return Response(started[0], started[1], b"".join(chunks))
 

@@ -11,7 +11,7 @@ write through it from synchronous endpoints (FastAPI and Starlette run a
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
-from .asgi import TOO_LARGE, _AppRun, admit, send_response
+from .asgi import TOO_LARGE, _AppRun, admit, send_answer
 from .core import Options
 from .sqlalchemy_flow import TOO_LARGE as FLOW_TOO_LARGE, SessionFlow
 
@@ -59,12 +59,4 @@ class SQLAlchemyIdempotencyMiddleware:
             for r in runs:
                 await r.abandon()
             raise
-        sent = [r for r in runs if r.response.done() and r.response.result() is answer]
-        for r in runs:
-            if r not in sent:
-                await r.abandon()
-        try:
-            await send_response(send, answer)
-        finally:
-            for r in sent:
-                await r.release()
+        await send_answer(send, answer, runs)

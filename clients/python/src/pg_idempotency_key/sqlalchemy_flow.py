@@ -18,35 +18,27 @@ from sqlalchemy import event
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
-from .core import (RETRYABLE, Response, answer_of, answer_of_error, claim_sql, encode_stored, finish_sql,
-                   keeps, not_claimed, response_too_large, sqlstate_of, transaction_ended, unavailable)
+from .core import (Response, answer_of_error, claim_sql, encode_stored, failure_answer, finish_sql, keeps,
+                   not_claimed, response_too_large, sqlstate_of, transaction_ended, unavailable, with_retries)
 from .transaction_control import TransactionEnded, ends_transaction
 
 TOO_LARGE = object()  # what a framework's run gives for a response over max_response_bytes
 _IDLE = 0  # psycopg2.extensions.TRANSACTION_STATUS_IDLE: no transaction open on the server
 
 
-class _Retry(Exception):
-    """the transaction ended with 40001 / 40P01: run the request again"""
-
-    def __init__(self, sqlstate):
-        super().__init__(sqlstate)
-        self.sqlstate = sqlstate
-
-
 class Idempotency:
     """What the handler gets (Flask: g.idempotency; ASGI:
-    request.state.idempotency): key, scope, and session, the Session in
-    the claim's transaction."""
+    request.state.idempotency): key, scope, and session, the Session (or
+    AsyncSession) in the claim's transaction, on conn (a Connection; for an
+    AsyncSession, its AsyncConnection's sync_connection)."""
 
-    def __init__(self, conn, key, scope, session_options):
+    def __init__(self, conn, key, scope, session):
         self.key, self.scope = key, scope
-        self._conn = conn
         self.ended = False          # the handler sent, or tried to send, COMMIT / ROLLBACK / BEGIN
         self.rolled_back = False    # the handler called session.rollback()
         conn.info["idempotency"] = self
-        self.session = Session(bind=conn, future=True, **session_options)
-        event.listen(self.session, "after_soft_rollback", self._after_rollback)
+        self.session = session
+        event.listen(getattr(session, "sync_session", session), "after_soft_rollback", self._after_rollback)
 
     def _after_rollback(self, session, previous_transaction):
         if not previous_transaction.nested:  # a savepoint's rollback is fine
@@ -56,6 +48,12 @@ class Idempotency:
         """the request is over: the Session's connection is closed (SQLAlchemy
         then refuses its statements: ResourceClosedError)"""
         self.session.close()
+
+
+def guard(engine):
+    """the engine's Sessions of a request may not end the claim's transaction"""
+    if not event.contains(engine, "before_cursor_execute", _guard):
+        event.listen(engine, "before_cursor_execute", _guard)
 
 
 def _guard(conn, cursor, statement, parameters, context, executemany):
@@ -75,8 +73,7 @@ class SessionFlow:
     def __init__(self, engine, session_options=None):
         self.engine = engine
         self.session_options = dict(session_options or {})
-        if not event.contains(engine, "before_cursor_execute", _guard):
-            event.listen(engine, "before_cursor_execute", _guard)
+        guard(engine)
 
     @staticmethod
     def refuse_lease(o):
@@ -89,13 +86,7 @@ class SessionFlow:
         the handler's Response (or TOO_LARGE), raising what the handler
         raised -> the Response to send (the handler's own object when it is
         the one)"""
-        for attempt in range(o.retries + 1):
-            try:
-                return self._attempt(o, request, run)
-            except _Retry as r:
-                if attempt == o.retries:
-                    return answer_of(r.sqlstate)
-        raise AssertionError("unreachable")
+        return with_retries(o, lambda: self._attempt(o, request, run))
 
     def _connect(self):
         """-> a connection of the engine's pool, the driver's autocommit on
@@ -160,16 +151,14 @@ class SessionFlow:
                 if claimed is not None:
                     self._close(conn)
                     return claimed
-        except _Retry:
-            self._end(conn)
-            raise
         except Exception as exc:
             self._end(conn)
-            answer = answer_of_error(exc)
+            answer = failure_answer(exc)
             if answer is None:
                 raise
             return answer
-        return self._run(o, conn, Idempotency(conn, key, scope_name, self.session_options), run)
+        session = Session(bind=conn, future=True, **self.session_options)
+        return self._run(o, conn, Idempotency(conn, key, scope_name, session), run)
 
     def _claim(self, o, conn, key, scope_name, fp):
         """-> None once conn holds the claim, or the Response to send"""
@@ -177,12 +166,7 @@ class SessionFlow:
         sql, params = claim_sql(o, key, scope_name, fp)
         polls = 0
         while True:
-            try:
-                outcome, result, _, _, retry_after = self._send(conn, "BEGIN; " + sql, params).fetchone()
-            except Exception as exc:
-                if sqlstate_of(exc) in RETRYABLE:
-                    raise _Retry(sqlstate_of(exc)) from exc
-                raise
+            outcome, result, _, _, retry_after = self._send(conn, "BEGIN; " + sql, params).fetchone()
             if outcome == "claimed":
                 return None
             self._send(conn, "ROLLBACK")
@@ -197,11 +181,7 @@ class SessionFlow:
             response = run(handle)
         except Exception as exc:
             self._end(conn, handle)
-            if handle.ended:
-                return transaction_ended()
-            if sqlstate_of(exc) in RETRYABLE:
-                raise _Retry(sqlstate_of(exc)) from exc
-            answer = answer_of_error(exc, extension=False)
+            answer = failure_answer(exc, own=False, ended=handle.ended)
             if answer is None:
                 raise
             return answer
@@ -236,10 +216,7 @@ class SessionFlow:
                 self._send(conn, finish[0] + "; COMMIT", finish[1])
         except Exception as exc:
             self._end(conn)
-            state = sqlstate_of(exc)
-            if state in RETRYABLE:
-                raise _Retry(state) from exc
-            answer = answer_of_error(exc, extension=finish is not None)
+            answer = failure_answer(exc, own=finish is not None)
             if answer is None:
                 raise
             return answer

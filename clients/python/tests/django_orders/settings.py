@@ -21,6 +21,7 @@ IDEMPOTENCY = {
     "scope": "django_orders.views.principal",
     "routes": {"/orders/optional": {"required": False}, "/orders/wait": {"wait_for": 120},
                "/orders/404-not-stored": {"store_client_errors": False}, "/orders/leased": {"lease": 30},
+               "/orders/hang": {"lease": 60, "handler_timeout": 0.3},
                "/orders/small": {"max_body_bytes": 1000}, "/orders/large": {"max_response_bytes": 1000}},
 }
 LOGGING = {"version": 1, "disable_existing_loggers": True}

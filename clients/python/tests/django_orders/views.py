@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 
 import psycopg
 from django.db import connection, connections
@@ -110,6 +111,17 @@ def leased(request):
     return as_json({"order_id": order_id, "fence": idem.fence, "recovery_point": idem.recovery_point}, 201)
 
 
+@require_POST
+def hang(request):
+    """as asgi_app.hang, but a thread cannot be stopped: the first claim
+    (fence 1) answers after 1 s, past its time limit of 0.3 s"""
+    idem = request.idempotency
+    order_id = place_order(request, {"sku": "hang"})
+    if idem.fence == 1:
+        time.sleep(1)
+    return as_json({"order_id": order_id, "fence": idem.fence}, 201)
+
+
 ended_once = set()
 
 
@@ -207,6 +219,6 @@ ROUTES = {
     "/orders": order, "/orders/optional": order, "/orders/wait": order, "/orders/throw": throw_after_insert,
     "/orders/503": answer_503, "/orders/404": answer_404, "/orders/404-not-stored": answer_404,
     "/orders/conflict": conflict, "/orders/conflict-at-commit": conflict, "/orders/leased": leased, "/binary": binary,
-    "/orders/raise": raise_sqlstate, "/orders/end-transaction": end_transaction, "/orders/cookie": cookie, "/orders/upload": upload, "/orders/small": order,
+    "/orders/hang": hang, "/orders/raise": raise_sqlstate, "/orders/end-transaction": end_transaction, "/orders/cookie": cookie, "/orders/upload": upload, "/orders/small": order,
     "/orders/large": large, "/orders/outside": outside,
 }
