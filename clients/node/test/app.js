@@ -13,6 +13,8 @@ import { honoIdempotency } from '../src/hono.js';
 import { buildNest } from './nest-app.js';
 
 export const GATE = 7401;
+// the gate of server.js between a handler's end and the outcome's COMMIT
+export const COMMIT_GATE = 7402;
 
 async function placeOrder(db, key, body, tenant) {
   const { rows } = await db.query(

@@ -1,7 +1,10 @@
 // Shared by the test files: the databases (IDEM_TEST_DSN, direct;
 // IDEM_TEST_POOLED_DSN, through PgBouncer in transaction pooling), raw HTTP
 // requests, and polling of the database for a condition.
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import http from 'node:http';
+import { createInterface } from 'node:readline';
 import pg from 'pg';
 
 export const DIRECT = process.env.IDEM_TEST_DSN;
@@ -103,3 +106,11 @@ export const uniqueKey = (() => {
   const run = `${process.pid}-${Date.now()}`;
   return (label) => `${label}-${run}-${++n}`;
 })();
+
+// the test application as a process of its own (server.js): {child, url}
+export async function startServer(dsn, framework) {
+  const child = spawn(process.execPath, [new URL('./server.js', import.meta.url).pathname, dsn, framework],
+    { stdio: ['ignore', 'pipe', 'inherit'] });
+  const [url] = await once(createInterface({ input: child.stdout }), 'line');
+  return { child, url };
+}
