@@ -2,7 +2,8 @@
 // after a line "<!-- run by test/readme.test.js -->" is written into the
 // package's folder (so that "pg-idempotency-key/..." resolves to this
 // package), the TypeScript one compiled with TypeScript's transpileModule
-// (decorators and their metadata as Nest projects compile them), started
+// (decorators and their metadata as Nest projects compile them; it is
+// type-checked too), started
 // with PG* of the test database and PORT, and sent a request twice: 201,
 // then the same bytes replayed; one order.
 import assert from 'node:assert/strict';
@@ -45,6 +46,30 @@ const compile = (code) => ts.transpileModule(code, {
 
 test('the README has the NestJS (TypeScript) and Hono examples', () => {
   assert.deepEqual(blocks.map((b) => b.lang), ['ts', 'js']);
+});
+
+// the NestJS example type-checked (strict) against the package's typings,
+// as a project with @types/node and @types/pg would
+test('the README\'s NestJS example type-checks against nestjs.d.ts', () => {
+  const dir = mkdtempSync(join(packageDir, 'test', '.readme-'));
+  try {
+    const file = join(dir, 'app.mts');
+    writeFileSync(file, blocks[0].code);
+    const program = ts.createProgram([file], {
+      noEmit: true,
+      strict: true,
+      skipLibCheck: true,
+      module: ts.ModuleKind.NodeNext,
+      moduleResolution: ts.ModuleResolutionKind.NodeNext,
+      target: ts.ScriptTarget.ES2022,
+      experimentalDecorators: true,
+      emitDecoratorMetadata: true,
+    });
+    const errors = ts.getPreEmitDiagnostics(program).map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n'));
+    assert.deepEqual(errors, []);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 for (const [i, name] of [[0, 'NestJS'], [1, 'Hono']]) {
