@@ -1,12 +1,12 @@
-// NestJS (11; 10 has the same API), Express platform:: IdempotencyModule.forRoot(options)
-// and @Idempotent(routeOptions) on a controller method, which binds
-// IdempotencyInterceptor to it. The interceptor runs the Express middleware
-// of express.js on the route's request and response (the claim, the held
-// answer recorded with the claim's transaction, the shared answers), and
-// runs the handler in an AsyncLocalStorage context, so that the
-// IdempotencyTransaction provider gives any service the controller calls
-// the claim's client, or what the module's `bind` hook makes of it (an
-// ORM's transaction).
+// NestJS 11 (10 has the same API), Express platform:
+// IdempotencyModule.forRoot(options) and @Idempotent(routeOptions) on a
+// controller method (or controller), which binds IdempotencyInterceptor to
+// it. The interceptor runs the Express middleware of express.js on the
+// route's request and response (the claim, the held answer recorded with
+// the claim's transaction, the shared answers), and runs the handler in an
+// AsyncLocalStorage context, so that the IdempotencyTransaction provider
+// gives any service the controller calls the claim's client, or what the
+// module's `bind` hook makes of it (an ORM's transaction).
 import 'reflect-metadata';
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { METHODS } from 'node:http';

@@ -1,8 +1,9 @@
 // What a client sees when something fails, on Express 5, Express 4,
-// Fastify, NestJS and Hono (issues 30, 32): the claim's session ended, the SQLSTATE mapping,
-// handlers that answer twice or end the transaction themselves, large
-// responses, an unread body, a handler that never answers (leased), the
-// scope, the stored headers, the key on two header lines.
+// Fastify, NestJS and Hono (issues 30, 32): the claim's session ended,
+// the SQLSTATE mapping, handlers that answer twice or end the transaction
+// themselves, large responses, an unread body, a handler that never
+// answers (leased), the scope, the stored headers, the key on two header
+// lines.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import express from 'express';
