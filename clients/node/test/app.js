@@ -1,14 +1,20 @@
-// The application the tests drive, the same routes on Express 5, Express 4
-// and Fastify: POST /orders places one order row in the claim's
+// The application the tests drive, the same routes on Express 5, Express 4,
+// Fastify, NestJS (Express platform) and Hono (@hono/node-server): POST /orders places one order row in the claim's
 // transaction. A request whose body has "gate": true waits, after its
 // insert, for the advisory lock the test holds (an in-flight request the
 // test controls, with no timing involved).
 import express5 from 'express';
 import express4 from 'express4';
 import Fastify from 'fastify';
+import { serve } from '@hono/node-server';
+import { Hono } from 'hono';
 import { expressIdempotency, fastifyIdempotency } from '../src/index.js';
+import { honoIdempotency } from '../src/hono.js';
+import { buildNest } from './nest-app.js';
 
 export const GATE = 7401;
+// the gate of server.js between a handler's end and the outcome's COMMIT
+export const COMMIT_GATE = 7402;
 
 async function placeOrder(db, key, body, tenant) {
   const { rows } = await db.query(
@@ -231,12 +237,50 @@ export function buildFastify(options) {
   return app;
 }
 
+export function buildHono(options) {
+  const app = new Hono();
+  const tenant = (c) => c.req.header('x-tenant') ?? 'default';
+  // Hono's default error handler logs the error: the tests throw on purpose
+  app.onError((err, c) => c.text('Internal Server Error', 500));
+  for (const [path, name, routeOptions] of [...ROUTES, ['/binary', 'binary', {}]]) {
+    app.post(path, honoIdempotency({ scope: tenant, ...options, ...routeOptions }), async (c) => {
+      const body = c.req.header('content-type') === 'application/octet-stream'
+        ? Buffer.from(await c.req.arrayBuffer()) : await c.req.json();
+      let response;
+      await handlers[name](c.get('idempotency'), body, tenant(c), (status, headers, data) => {
+        response = c.body(data, status, headers);
+      }, c.req.query());
+      return response;
+    });
+  }
+  return app;
+}
+
 // -> the base URL of the app listening on a free loopback port, and close()
 export async function listen(framework, options) {
   if (framework === 'fastify') {
     const app = buildFastify(options);
     const url = await app.listen({ port: 0, host: '127.0.0.1' });
     return { url, close: () => app.close() };
+  }
+  if (framework === 'nestjs') {
+    const app = await buildNest(options, { handlers, routes: [...ROUTES, ['/binary', 'binary', {}]], tenantOf, placeOrder });
+    await app.listen(0, '127.0.0.1');
+    const server = app.getHttpServer();
+    return {
+      url: `http://127.0.0.1:${server.address().port}`,
+      close: () => { server.closeAllConnections(); return app.close(); },
+    };
+  }
+  if (framework === 'hono') {
+    const app = buildHono(options);
+    const server = await new Promise((resolve) => {
+      const s = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, () => resolve(s));
+    });
+    return {
+      url: `http://127.0.0.1:${server.address().port}`,
+      close: () => new Promise((resolve) => { server.closeAllConnections(); server.close(resolve); }),
+    };
   }
   const app = buildExpress(framework === 'express4' ? 4 : 5, options);
   const server = await new Promise((resolve) => {

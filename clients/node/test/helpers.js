@@ -1,7 +1,10 @@
 // Shared by the test files: the databases (IDEM_TEST_DSN, direct;
 // IDEM_TEST_POOLED_DSN, through PgBouncer in transaction pooling), raw HTTP
 // requests, and polling of the database for a condition.
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import http from 'node:http';
+import { createInterface } from 'node:readline';
 import pg from 'pg';
 
 export const DIRECT = process.env.IDEM_TEST_DSN;
@@ -16,7 +19,12 @@ export const TARGETS = [
   ['direct, prepared statements', DIRECT, { prepare: true }],
   ...(POOLED ? [['pgbouncer', POOLED, {}]] : []),
 ];
-export const FRAMEWORKS = ['express5', 'express4', 'fastify'];
+// (IDEM_TEST_FRAMEWORKS=nestjs,hono: some of them only, by hand)
+export const FRAMEWORKS = process.env.IDEM_TEST_FRAMEWORKS?.split(',')
+  ?? ['express5', 'express4', 'fastify', 'nestjs', 'hono'];
+// the frameworks where a 40001/40P01 re-runs the request itself; Hono
+// answers 503 retry at once (a middleware cannot run the chain again)
+export const RERUNS = new Set(['express5', 'express4', 'fastify', 'nestjs']);
 
 export async function setupDatabase() {
   const c = new pg.Client(DIRECT);
@@ -98,3 +106,11 @@ export const uniqueKey = (() => {
   const run = `${process.pid}-${Date.now()}`;
   return (label) => `${label}-${run}-${++n}`;
 })();
+
+// the test application as a process of its own (server.js): {child, url}
+export async function startServer(dsn, framework) {
+  const child = spawn(process.execPath, [new URL('./server.js', import.meta.url).pathname, dsn, framework],
+    { stdio: ['ignore', 'pipe', 'inherit'] });
+  const [url] = await once(createInterface({ input: child.stdout }), 'line');
+  return { child, url };
+}

@@ -1,0 +1,150 @@
+// NestJS 11 (10 has the same API), Express platform:
+// IdempotencyModule.forRoot(options) and @Idempotent(routeOptions) on a
+// controller method (or controller), which binds IdempotencyInterceptor to
+// it. The interceptor runs the Express middleware of express.js on the
+// route's request and response (the claim, the held answer recorded with
+// the claim's transaction, the shared answers), and runs the handler in an
+// AsyncLocalStorage context, so that the IdempotencyTransaction provider
+// gives any service the controller calls the claim's client, or what the
+// module's `bind` hook makes of it (an ORM's transaction).
+import 'reflect-metadata';
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { METHODS } from 'node:http';
+import common from '@nestjs/common';
+import core from '@nestjs/core';
+import { NEVER, from, mergeMap } from 'rxjs';
+import { idempotency as expressIdempotency } from './express.js';
+import { resolveOptions } from './options.js';
+
+const {
+  Global, Inject, Injectable, Module, SetMetadata, UseInterceptors, applyDecorators,
+} = common;
+const { Reflector } = core;
+
+/** The injection token of the module's options. */
+export const IDEMPOTENCY_OPTIONS = Symbol.for('pg-idempotency-key:options');
+const ROUTE = 'pg-idempotency-key:route';
+
+// the request in flight of this async context: {api, bound}
+const storage = new AsyncLocalStorage();
+
+// every method: a decorated route is handled whatever its method
+const EVERY_METHOD = METHODS;
+
+// Runs the Express middleware: -> true when it passed the request on (the
+// handler is to run), false when it answered (a replay, 409, a problem);
+// rejects with what it passed to next(err).
+function enter(middleware, req, res) {
+  return new Promise((resolve, reject) => {
+    const done = middleware(req, res, (err) => (err ? reject(err) : resolve(true)));
+    Promise.resolve(done).then(() => resolve(false), reject);
+  });
+}
+
+export class IdempotencyInterceptor {
+  constructor(reflector, options) {
+    this.reflector = reflector;
+    this.options = options;
+    this.middlewares = new WeakMap();
+  }
+
+  // the middleware of a route's settings, made once
+  middlewareOf(route) {
+    let middleware = this.middlewares.get(route);
+    if (!middleware) {
+      const { bind, ...base } = this.options;
+      middleware = expressIdempotency({ ...base, ...route, methods: EVERY_METHOD });
+      this.middlewares.set(route, middleware);
+    }
+    return middleware;
+  }
+
+  intercept(context, next) {
+    // on the method, else on the controller
+    const route = this.reflector.getAllAndOverride(ROUTE, [context.getHandler(), context.getClass()]);
+    if (context.getType() !== 'http' || route === undefined) return next.handle();
+    const http = context.switchToHttp();
+    const req = http.getRequest();
+    const res = http.getResponse();
+    if (typeof res.setHeader !== 'function' || typeof req.get !== 'function') {
+      throw new Error('idempotency: @Idempotent() runs on the Express platform of NestJS (@nestjs/platform-express);'
+        + ' on another platform the route would not be protected');
+    }
+    return from(enter(this.middlewareOf(route), req, res)).pipe(mergeMap((passed) => {
+      // answered by the middleware itself: Nest must not answer again (its
+      // reply would set the route's status on a response already sent)
+      if (!passed) return NEVER;
+      const store = { api: req.idempotency, bound: null, bind: this.options.bind, req };
+      // next.handle() binds the handler to the async context it is called in
+      return storage.run(store, () => next.handle());
+    }));
+  }
+}
+Injectable()(IdempotencyInterceptor);
+Inject(Reflector)(IdempotencyInterceptor, undefined, 0);
+Inject(IDEMPOTENCY_OPTIONS)(IdempotencyInterceptor, undefined, 1);
+
+/**
+ * The request's transaction, for the services an @Idempotent() route calls:
+ * `client` (the claim's pg client), `begin()`, `bound()` (the module's
+ * `bind` hook applied to the client once per request), `idempotency` (what
+ * Express handlers get as req.idempotency).
+ */
+export class IdempotencyTransaction {
+  get current() {
+    const store = storage.getStore();
+    if (!store) {
+      throw new Error('idempotency: no idempotent request in this context: IdempotencyTransaction serves the code'
+        + ' that a route decorated with @Idempotent() runs');
+    }
+    return store;
+  }
+
+  get idempotency() { return this.current.api; }
+
+  get client() { return this.current.api.client; }
+
+  begin() { return this.current.api.begin(); }
+
+  bound() {
+    const store = this.current;
+    if (!store.bound) {
+      if (typeof store.bind !== 'function') {
+        throw new Error('idempotency: bound() needs the "bind" option of IdempotencyModule.forRoot');
+      }
+      store.bound = store.api.begin().then((client) => store.bind(client, store.req));
+    }
+    return store.bound;
+  }
+}
+Injectable()(IdempotencyTransaction);
+
+/** Marks a controller method (or every method of a controller) idempotent, with settings of its own (all but pool). */
+export function Idempotent(routeOptions = {}) {
+  return applyDecorators(SetMetadata(ROUTE, routeOptions), UseInterceptors(IdempotencyInterceptor));
+}
+
+export class IdempotencyModule {
+  /**
+   * The module, global: options are those of expressIdempotency (pool and
+   * scope required; the scope function gets the Express request), plus
+   * `bind(client, req)`, what IdempotencyTransaction.bound() gives.
+   */
+  static forRoot(options) {
+    const { bind, ...rest } = options ?? {};
+    resolveOptions(rest); // a missing pool or scope fails at startup
+    if (bind !== undefined && typeof bind !== 'function') throw new TypeError('idempotency: "bind" must be a function');
+    return {
+      module: IdempotencyModule,
+      global: true,
+      providers: [
+        { provide: IDEMPOTENCY_OPTIONS, useValue: options },
+        IdempotencyInterceptor,
+        IdempotencyTransaction,
+      ],
+      exports: [IDEMPOTENCY_OPTIONS, IdempotencyInterceptor, IdempotencyTransaction],
+    };
+  }
+}
+Global()(IdempotencyModule);
+Module({})(IdempotencyModule);
