@@ -230,6 +230,9 @@ test('the broker restarted in the middle of a stream: nothing lost, nothing doub
   execFileSync('bash', [script, 'stop', dir, port]);
   // producers go on while the broker is down: their messages wait in the outbox
   for (let i = n / 3; i < 2 * n / 3; i++) await enqueue(queue, { i });
+  // a broker's shutdown is a graceful close (amqplib emits no 'error'):
+  // the restart is met when the relay fails to reach it with messages to send
+  await until('the relay to meet the stopped broker', async () => errors.length > 0);
   execFileSync('bash', [script, 'start', dir, port]);
   await adminConnect();
   for (let i = 2 * n / 3; i < n; i++) await enqueue(queue, { i });
