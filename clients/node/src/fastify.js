@@ -106,14 +106,22 @@ function warnOnce() {
 }
 
 // Claims the request's key with the route's options o (the plugin's
-// preHandler, or the NestJS interceptor): -> the reply when it was
-// answered (a replay, 409, a problem), undefined when the handler is to run.
+// preHandler, or the NestJS interceptor): -> true when the handler is to
+// run, false when the request was answered (a replay, 409, a problem). Not
+// the reply: it is a thenable, which an async function's caller would
+// await until the answer is sent, and then get undefined.
 export async function enterRequest(o, request, reply) {
-  if (declaredOver(request.headers, o.maxBodyBytes)) return sendAnswer(reply, answers.bodyTooLarge(o.maxBodyBytes));
+  if (declaredOver(request.headers, o.maxBodyBytes)) {
+    sendAnswer(reply, answers.bodyTooLarge(o.maxBodyBytes));
+    return false;
+  }
   const admitted = await admit(o, request.headers['idempotency-key'], {
     raw: request, method: request.method, path: request.url, body: request.body,
   });
-  if (admitted.answer) return sendAnswer(reply, admitted.answer);
+  if (admitted.answer) {
+    sendAnswer(reply, admitted.answer);
+    return false;
+  }
   const { state } = admitted;
   request[kState] = state;
   request[kEntry] = { status: reply.statusCode, headers: { ...reply.getHeaders() } };
@@ -134,7 +142,7 @@ export async function enterRequest(o, request, reply) {
   // a hijacked reply is written past onSend: its outcome could not be
   // recorded with the answer
   reply.hijack = refusedHijack;
-  return undefined;
+  return true;
 }
 
 // -> whether the request's route was added after idempotencyHooks (its
@@ -246,7 +254,9 @@ async function idempotencyPlugin(fastify, options) {
   await idempotencyHooks(fastify);
   fastify.addHook('preHandler', async (request, reply) => {
     const o = optionsOf(request);
-    return o ? enterRequest(o, request, reply) : undefined;
+    // the reply returned once answered: Fastify runs no handler
+    if (o && !(await enterRequest(o, request, reply))) return reply;
+    return undefined;
   });
 }
 

@@ -57,7 +57,7 @@ async function enterFastify(o, request, reply) {
       + ' could not be recorded');
   }
   if (claimedAlready(request)) return true;
-  return (await enterRequest(o, request, reply)) === undefined;
+  return enterRequest(o, request, reply);
 }
 
 // Express's response has setHeader(), Fastify's reply has hijack() and raw

@@ -32,6 +32,8 @@ function decorate(proto, name, ...decorators) {
 // an "ORM" bound to the claim's client: a repository of orders, counting
 // how many times bind ran
 let binds = 0;
+// how many times a handler ran: a replay runs none
+let runs = 0;
 const failedOnce = new Set();
 const bind = (client) => {
   binds += 1;
@@ -44,6 +46,7 @@ async function buildApp(pool, adapter) {
 
     // two writes through the bound object: one bind per request
     async place(body) {
+      runs += 1;
       const repo = await this.tx.bound();
       const { rows } = await repo.insert(this.tx.idempotency.key, body.sku);
       await (await this.tx.bound()).insert(this.tx.idempotency.key, `${body.sku}-2`);
@@ -118,12 +121,14 @@ for (const [platform, adapter] of PLATFORMS) {
         for (const path of ['/orders', '/tagged']) {
           const key = uniqueKey(`nest-bind-${target}`);
           const before = binds;
+          const runsBefore = runs;
           const first = await post(nest.url, path, { key, body: { sku: key } });
           assert.equal(first.status, 201, path);
           assert.equal(binds, before + 1, `${path}: one bind for two uses`);
           const again = await post(nest.url, path, { key, body: { sku: key } });
           assert.equal(again.headers['idempotent-replayed'], 'true', path);
           assert.ok(again.body.equals(first.body));
+          assert.equal(runs, runsBefore + 1, `${path}: the replay did not run the handler`);
           assert.deepEqual(await ordersOf([key]), { [key]: 2 }, `${path}: both writes, once`);
           assert.equal((await sql("SELECT status FROM idempotent_record WHERE key = $1", [key]))[0].status, 'succeeded');
         }
