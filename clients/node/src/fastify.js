@@ -4,6 +4,8 @@
 // A serialization failure or deadlock rolls everything back and runs the
 // route's handler again: in the handler (the error it throws), or at
 // COMMIT in onSend (its answer is then produced again there).
+// idempotencyHooks (every hook but the claim) and enterRequest (the claim)
+// also serve NestJS's Fastify platform, where its interceptor claims.
 import {
   RETRY, abort, admit, answerOf, claim, complete, handlerApi, isRetryable, resolveOptions, routeOptions,
 } from './core.js';

@@ -147,8 +147,8 @@ export class IdempotencyTransaction {
 Injectable()(IdempotencyTransaction);
 
 /** Marks a controller method (or every method of a controller) idempotent, with settings of its own (all but pool). */
-export function Idempotent(routeOptions = {}) {
-  return applyDecorators(SetMetadata(ROUTE, routeOptions), UseInterceptors(IdempotencyInterceptor));
+export function Idempotent(settings = {}) {
+  return applyDecorators(SetMetadata(ROUTE, settings), UseInterceptors(IdempotencyInterceptor));
 }
 
 async function fastifyHooksOn(host) {

@@ -11,7 +11,9 @@ import common from '@nestjs/common';
 import core from '@nestjs/core';
 import platformFastify from '@nestjs/platform-fastify';
 import pg from 'pg';
-import { Idempotent, IdempotencyModule, IdempotencyTransaction } from '../src/nestjs.js';
+import {
+  Idempotent, IdempotencyInterceptor, IdempotencyModule, IdempotencyTransaction,
+} from '../src/nestjs.js';
 import {
   DIRECT, POOLED, ordersOf, post, setupDatabase, sql, uniqueKey,
 } from './helpers.js';
@@ -19,7 +21,7 @@ import {
 const {
   Body, Controller, Get, HttpCode, Inject, Injectable, Module, Post,
 } = common;
-const { NestFactory } = core;
+const { NestFactory, Reflector } = core;
 const { FastifyAdapter } = platformFastify;
 
 await setupDatabase();
@@ -154,3 +156,22 @@ for (const [platform, adapter] of PLATFORMS) {
     });
   }
 }
+
+// a platform neither Express nor Fastify (its request and response have
+// neither's methods): refused before anything is claimed
+test('another platform is refused: the interceptor throws, the pool untouched, the handler not run', () => {
+  class Elsewhere {
+    create() {}
+  }
+  decorate(Elsewhere.prototype, 'create', Idempotent());
+  const pool = { connect: () => assert.fail('the pool was used') };
+  const interceptor = new IdempotencyInterceptor(new Reflector(), { pool, scope: 'nest-test' });
+  const context = {
+    getType: () => 'http',
+    getHandler: () => Elsewhere.prototype.create,
+    getClass: () => Elsewhere,
+    switchToHttp: () => ({ getRequest: () => ({ headers: { 'idempotency-key': 'k' } }), getResponse: () => ({}) }),
+  };
+  assert.throws(() => interceptor.intercept(context, { handle: () => assert.fail('the handler ran') }),
+    /runs on the Express or Fastify platform of NestJS/);
+});
