@@ -336,7 +336,7 @@ clients_database() {
 # ("# pass N", "# fail N").
 run_node_client_suite() {
     local db=idempotency_node bouncer=${IDEM_NODE_PGBOUNCER_PORT:-16434} ok bad rc
-    say "clients/node (Express 5, Express 4, Fastify, NestJS, Hono), directly and through PgBouncer"
+    say "clients/node (Express 5, Express 4, Fastify, NestJS on Express and on Fastify, Hono), directly and through PgBouncer"
     command -v npm >/dev/null || ensure_packages nodejs npm || { failed=$((failed + 1)); return; }
     (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
         && clients_database "$db" "$bouncer" \

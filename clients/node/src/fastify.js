@@ -4,6 +4,8 @@
 // A serialization failure or deadlock rolls everything back and runs the
 // route's handler again: in the handler (the error it throws), or at
 // COMMIT in onSend (its answer is then produced again there).
+// idempotencyHooks (every hook but the claim) and enterRequest (the claim)
+// also serve NestJS's Fastify platform, where its interceptor claims.
 import {
   RETRY, abort, admit, answerOf, claim, complete, handlerApi, isRetryable, resolveOptions, routeOptions,
 } from './core.js';
@@ -97,27 +99,69 @@ async function rerun(request, reply) {
   return { status: reply.statusCode, headers: reply.getHeaders(), body, [kInReply]: true };
 }
 
-async function idempotencyPlugin(fastify, options) {
-  const defaults = resolveOptions(options);
-  const perRoute = new WeakMap();
-  const optionsOf = (request) => {
-    const config = (request.routeOptions && request.routeOptions.config) || request.routeConfig || {};
-    const setting = config.idempotency;
-    if (setting === false) return null;
-    if (setting === undefined && !defaults.methods.includes(request.method)) return null;
-    if (typeof setting !== 'object' || setting === null) return defaults;
-    if (!perRoute.has(setting)) perRoute.set(setting, routeOptions(defaults, setting));
-    return perRoute.get(setting);
-  };
+let warned = false;
+function warnOnce() {
+  if (warned) return;
+  warned = true;
+  process.emitWarning('idempotency: reply.send() after the reply was sent (a second answer) is ignored: the first'
+    + ' answer is the one recorded and sent', 'IdempotencyWarning');
+}
 
-  fastify.decorateRequest('idempotency', null);
-  let warned = false;
-  const warnOnce = () => {
-    if (warned) return;
-    warned = true;
-    process.emitWarning('idempotency: reply.send() after the reply was sent (a second answer) is ignored: the first'
-      + ' answer is the one recorded and sent', 'IdempotencyWarning');
+// Claims the request's key with the route's options o (the plugin's
+// preHandler, or the NestJS interceptor): -> true when the handler is to
+// run, false when the request was answered (a replay, 409, a problem). Not
+// the reply: it is a thenable, which an async function's caller would
+// await until the answer is sent, and then get undefined.
+export async function enterRequest(o, request, reply) {
+  if (declaredOver(request.headers, o.maxBodyBytes)) {
+    sendAnswer(reply, answers.bodyTooLarge(o.maxBodyBytes));
+    return false;
+  }
+  const admitted = await admit(o, request.headers['idempotency-key'], {
+    raw: request, method: request.method, path: request.url, body: request.body,
+  });
+  if (admitted.answer) {
+    sendAnswer(reply, admitted.answer);
+    return false;
+  }
+  const { state } = admitted;
+  request[kState] = state;
+  request[kEntry] = { status: reply.statusCode, headers: { ...reply.getHeaders() } };
+  request.idempotency = handlerApi(state);
+  // the first send is the answer: a later one is ignored (a warning,
+  // once), also while the first waits in onSend for its outcome
+  const send = reply.send;
+  reply.send = function firstSend(payload) {
+    if (request[kAnswered]) {
+      warnOnce();
+      return reply;
+    }
+    return send.call(reply, payload);
   };
+  // an abandoned request (its session ended, its time ran out) is
+  // answered at once; the handler's later send is ignored
+  state.send = (answer) => { if (!request[kAnswered]) sendAnswer(reply, answer); };
+  // a hijacked reply is written past onSend: its outcome could not be
+  // recorded with the answer
+  reply.hijack = refusedHijack;
+  return true;
+}
+
+// -> whether the request's route was added after idempotencyHooks (its
+// handler can be run again), and whether its key is claimed already (a
+// re-run after a serialization failure at COMMIT claimed it again)
+export const hookedRoute = (request) => Boolean(request[kHandler]);
+export const claimedAlready = (request) => Boolean(request[kState]) && !request[kState].done;
+
+/**
+ * What every claimed request needs, whoever claimed it (the plugin's
+ * preHandler, or the NestJS interceptor): the handler run again after a
+ * serialization failure or deadlock, the outcome recorded in onSend with
+ * the answer's bytes, the cleanup of a request that ended without one.
+ * Routes added before it are not covered.
+ */
+export async function idempotencyHooks(fastify) {
+  fastify.decorateRequest('idempotency', null);
 
   // A serialization failure or deadlock thrown by a handler: everything is
   // rolled back, the key claimed again and the handler run again, up to
@@ -138,37 +182,6 @@ async function idempotencyPlugin(fastify, options) {
         }
       }
     };
-  });
-
-  fastify.addHook('preHandler', async (request, reply) => {
-    const o = optionsOf(request);
-    if (!o) return undefined;
-    if (declaredOver(request.headers, o.maxBodyBytes)) return sendAnswer(reply, answers.bodyTooLarge(o.maxBodyBytes));
-    const admitted = await admit(o, request.headers['idempotency-key'], {
-      raw: request, method: request.method, path: request.url, body: request.body,
-    });
-    if (admitted.answer) return sendAnswer(reply, admitted.answer);
-    const { state } = admitted;
-    request[kState] = state;
-    request[kEntry] = { status: reply.statusCode, headers: { ...reply.getHeaders() } };
-    request.idempotency = handlerApi(state);
-    // the first send is the answer: a later one is ignored (a warning,
-    // once), also while the first waits in onSend for its outcome
-    const send = reply.send;
-    reply.send = function firstSend(payload) {
-      if (request[kAnswered]) {
-        warnOnce();
-        return reply;
-      }
-      return send.call(reply, payload);
-    };
-    // an abandoned request (its session ended, its time ran out) is
-    // answered at once; the handler's later send is ignored
-    state.send = (answer) => { if (!request[kAnswered]) sendAnswer(reply, answer); };
-    // a hijacked reply is written past onSend: its outcome could not be
-    // recorded with the answer
-    reply.hijack = refusedHijack;
-    return undefined;
   });
 
   // The outcome with the answer's bytes; a 40001/40P01 at COMMIT claims
@@ -227,6 +240,28 @@ async function idempotencyPlugin(fastify, options) {
   fastify.addHook('onResponse', cleanup);
 }
 
+async function idempotencyPlugin(fastify, options) {
+  const defaults = resolveOptions(options);
+  const perRoute = new WeakMap();
+  const optionsOf = (request) => {
+    const config = (request.routeOptions && request.routeOptions.config) || request.routeConfig || {};
+    const setting = config.idempotency;
+    if (setting === false) return null;
+    if (setting === undefined && !defaults.methods.includes(request.method)) return null;
+    if (typeof setting !== 'object' || setting === null) return defaults;
+    if (!perRoute.has(setting)) perRoute.set(setting, routeOptions(defaults, setting));
+    return perRoute.get(setting);
+  };
+
+  await idempotencyHooks(fastify);
+  fastify.addHook('preHandler', async (request, reply) => {
+    const o = optionsOf(request);
+    // the reply returned once answered: Fastify runs no handler
+    if (o && !(await enterRequest(o, request, reply))) return reply;
+    return undefined;
+  });
+}
+
 function refusedHijack() {
   throw new Error('idempotency: reply.hijack() is refused on an idempotent route: a hijacked reply bypasses onSend,'
     + ' so its answer could not be recorded with the handler\'s writes (turn the plugin off for the route:'
@@ -238,6 +273,8 @@ function refusedHijack() {
 idempotencyPlugin[Symbol.for('skip-override')] = true;
 idempotencyPlugin[Symbol.for('fastify.display-name')] = 'pg-idempotency-key';
 idempotencyPlugin[Symbol.for('plugin-meta')] = { name: 'pg-idempotency-key', fastify: '4.x || 5.x' };
+idempotencyHooks[Symbol.for('skip-override')] = true;
+idempotencyHooks[Symbol.for('fastify.display-name')] = 'pg-idempotency-key hooks';
 
 export const idempotency = idempotencyPlugin;
 export { idempotency as fastifyIdempotency };

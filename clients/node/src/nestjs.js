@@ -1,10 +1,13 @@
-// NestJS 11 (10 has the same API), Express platform:
+// NestJS 11 (10 has the same API), Express or Fastify platform:
 // IdempotencyModule.forRoot(options) and @Idempotent(routeOptions) on a
 // controller method (or controller), which binds IdempotencyInterceptor to
-// it. The interceptor runs the Express middleware of express.js on the
-// route's request and response (the claim, the held answer recorded with
-// the claim's transaction, the shared answers), and runs the handler in an
-// AsyncLocalStorage context, so that the IdempotencyTransaction provider
+// it. On Express the interceptor runs the middleware of express.js on the
+// route's request and response; on Fastify it claims the key as the
+// plugin of fastify.js does in preHandler, and the plugin's other hooks,
+// which the module adds to Nest's Fastify instance before Nest adds its
+// routes, record the answer in onSend (the claim, the held answer recorded
+// with the claim's transaction, the shared answers). It runs the handler in
+// an AsyncLocalStorage context, so that the IdempotencyTransaction provider
 // gives any service the controller calls the claim's client, or what the
 // module's `bind` hook makes of it (an ORM's transaction).
 import 'reflect-metadata';
@@ -14,16 +17,20 @@ import common from '@nestjs/common';
 import core from '@nestjs/core';
 import { NEVER, from, mergeMap } from 'rxjs';
 import { idempotency as expressIdempotency } from './express.js';
-import { resolveOptions } from './options.js';
+import {
+  claimedAlready, enterRequest, hookedRoute, idempotencyHooks,
+} from './fastify.js';
+import { resolveOptions, routeOptions } from './options.js';
 
 const {
   Global, Inject, Injectable, Module, SetMetadata, UseInterceptors, applyDecorators,
 } = common;
-const { Reflector } = core;
+const { HttpAdapterHost, Reflector } = core;
 
 /** The injection token of the module's options. */
 export const IDEMPOTENCY_OPTIONS = Symbol.for('pg-idempotency-key:options');
 const ROUTE = 'pg-idempotency-key:route';
+const FASTIFY_HOOKS = Symbol.for('pg-idempotency-key:fastify-hooks');
 
 // the request in flight of this async context: {api, bound}
 const storage = new AsyncLocalStorage();
@@ -41,22 +48,41 @@ function enter(middleware, req, res) {
   });
 }
 
+// The plugin's claim on a Fastify request: -> true when the handler is to
+// run (also a re-run after a conflict at COMMIT, claimed again already),
+// false when it answered.
+async function enterFastify(o, request, reply) {
+  if (!hookedRoute(request)) {
+    throw new Error('idempotency: the route was added to Fastify before IdempotencyModule\'s hooks: its outcome'
+      + ' could not be recorded');
+  }
+  if (claimedAlready(request)) return true;
+  return enterRequest(o, request, reply);
+}
+
+// Express's response has setHeader(), Fastify's reply has hijack() and raw
+const isExpress = (req, res) => typeof res.setHeader === 'function' && typeof req.get === 'function';
+const isFastify = (res) => typeof res.hijack === 'function' && res.raw !== undefined;
+
 export class IdempotencyInterceptor {
   constructor(reflector, options) {
     this.reflector = reflector;
     this.options = options;
-    this.middlewares = new WeakMap();
+    this.entries = new WeakMap();
   }
 
-  // the middleware of a route's settings, made once
-  middlewareOf(route) {
-    let middleware = this.middlewares.get(route);
-    if (!middleware) {
+  // the entry of a route (the Express middleware, or the Fastify claim)
+  // for its settings, made once
+  entryOf(route) {
+    let entry = this.entries.get(route);
+    if (!entry) {
       const { bind, ...base } = this.options;
-      middleware = expressIdempotency({ ...base, ...route, methods: EVERY_METHOD });
-      this.middlewares.set(route, middleware);
+      const o = routeOptions(resolveOptions(base), route);
+      const express = expressIdempotency({ ...base, ...route, methods: EVERY_METHOD });
+      entry = (req, res) => (isExpress(req, res) ? enter(express, req, res) : enterFastify(o, req, res));
+      this.entries.set(route, entry);
     }
-    return middleware;
+    return entry;
   }
 
   intercept(context, next) {
@@ -66,11 +92,12 @@ export class IdempotencyInterceptor {
     const http = context.switchToHttp();
     const req = http.getRequest();
     const res = http.getResponse();
-    if (typeof res.setHeader !== 'function' || typeof req.get !== 'function') {
-      throw new Error('idempotency: @Idempotent() runs on the Express platform of NestJS (@nestjs/platform-express);'
-        + ' on another platform the route would not be protected');
+    if (!isExpress(req, res) && !isFastify(res)) {
+      throw new Error('idempotency: @Idempotent() runs on the Express or Fastify platform of NestJS'
+        + ' (@nestjs/platform-express, @nestjs/platform-fastify); on another platform the route would not be'
+        + ' protected');
     }
-    return from(enter(this.middlewareOf(route), req, res)).pipe(mergeMap((passed) => {
+    return from(this.entryOf(route)(req, res)).pipe(mergeMap((passed) => {
       // answered by the middleware itself: Nest must not answer again (its
       // reply would set the route's status on a response already sent)
       if (!passed) return NEVER;
@@ -120,14 +147,22 @@ export class IdempotencyTransaction {
 Injectable()(IdempotencyTransaction);
 
 /** Marks a controller method (or every method of a controller) idempotent, with settings of its own (all but pool). */
-export function Idempotent(routeOptions = {}) {
-  return applyDecorators(SetMetadata(ROUTE, routeOptions), UseInterceptors(IdempotencyInterceptor));
+export function Idempotent(settings = {}) {
+  return applyDecorators(SetMetadata(ROUTE, settings), UseInterceptors(IdempotencyInterceptor));
+}
+
+async function fastifyHooksOn(host) {
+  const adapter = host && host.httpAdapter;
+  if (!adapter || adapter.getType() !== 'fastify') return false;
+  await adapter.getInstance().register(idempotencyHooks);
+  return true;
 }
 
 export class IdempotencyModule {
   /**
    * The module, global: options are those of expressIdempotency (pool and
-   * scope required; the scope function gets the Express request), plus
+   * scope required; the scope function gets the Express request, or the
+   * Fastify one on that platform), plus
    * `bind(client, req)`, what IdempotencyTransaction.bound() gives.
    */
   static forRoot(options) {
@@ -139,6 +174,9 @@ export class IdempotencyModule {
       global: true,
       providers: [
         { provide: IDEMPOTENCY_OPTIONS, useValue: options },
+        // on the Fastify platform, the plugin's hooks on Nest's instance,
+        // in place before Nest adds its routes (at init)
+        { provide: FASTIFY_HOOKS, useFactory: fastifyHooksOn, inject: [HttpAdapterHost] },
         IdempotencyInterceptor,
         IdempotencyTransaction,
       ],

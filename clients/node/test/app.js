@@ -1,6 +1,7 @@
 // The application the tests drive, the same routes on Express 5, Express 4,
-// Fastify, NestJS (Express platform) and Hono (@hono/node-server): POST /orders places one order row in the claim's
-// transaction. A request whose body has "gate": true waits, after its
+// Fastify, NestJS (nestjs on its Express platform, nestjs-fastify on its
+// Fastify one) and Hono (@hono/node-server): POST /orders places one order
+// row in the claim's transaction. A request whose body has "gate": true waits, after its
 // insert, for the advisory lock the test holds (an in-flight request the
 // test controls, with no timing involved).
 import express5 from 'express';
@@ -263,8 +264,11 @@ export async function listen(framework, options) {
     const url = await app.listen({ port: 0, host: '127.0.0.1' });
     return { url, close: () => app.close() };
   }
-  if (framework === 'nestjs') {
-    const app = await buildNest(options, { handlers, routes: [...ROUTES, ['/binary', 'binary', {}]], tenantOf, placeOrder });
+  if (framework === 'nestjs' || framework === 'nestjs-fastify') {
+    const app = await buildNest(options, {
+      handlers, routes: [...ROUTES, ['/binary', 'binary', {}]], tenantOf, placeOrder,
+      platform: framework === 'nestjs' ? 'express' : 'fastify',
+    });
     await app.listen(0, '127.0.0.1');
     const server = app.getHttpServer();
     return {

@@ -173,7 +173,7 @@ for (const framework of FRAMEWORKS) {
 
     test('a handler that answers twice: the first answer is sent and replayed; the process lives', async () => {
       // (a Hono handler returns one Response: it cannot answer twice)
-      const paths = { fastify: ['/orders/twice'], nestjs: ['/orders/twice'], hono: [] }[framework]
+      const paths = { fastify: ['/orders/twice'], nestjs: ['/orders/twice'], 'nestjs-fastify': ['/orders/twice'], hono: [] }[framework]
         ?? ['/orders/twice', '/orders/twice?next=1'];
       for (const path of paths) {
         const key = k(`${framework}-twice`);

@@ -21,10 +21,10 @@ export const TARGETS = [
 ];
 // (IDEM_TEST_FRAMEWORKS=nestjs,hono: some of them only, by hand)
 export const FRAMEWORKS = process.env.IDEM_TEST_FRAMEWORKS?.split(',')
-  ?? ['express5', 'express4', 'fastify', 'nestjs', 'hono'];
+  ?? ['express5', 'express4', 'fastify', 'nestjs', 'nestjs-fastify', 'hono'];
 // the frameworks where a 40001/40P01 re-runs the request itself; Hono
 // answers 503 retry at once (a middleware cannot run the chain again)
-export const RERUNS = new Set(['express5', 'express4', 'fastify', 'nestjs']);
+export const RERUNS = new Set(['express5', 'express4', 'fastify', 'nestjs', 'nestjs-fastify']);
 
 export async function setupDatabase() {
   const c = new pg.Client(DIRECT);

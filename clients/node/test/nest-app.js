@@ -1,5 +1,5 @@
-// The tests' routes as a NestJS application (Express platform), in plain
-// JavaScript: decorators applied as functions. Each handler runs in a
+// The tests' routes as a NestJS application (Express platform, or Fastify
+// with platform 'fastify'), in plain JavaScript: decorators applied as functions. Each handler runs in a
 // service that reaches the request's transaction through the injected
 // IdempotencyTransaction (AsyncLocalStorage), not through the request.
 // The order routes return their value for Nest to send (the usual style);
@@ -7,12 +7,17 @@
 import express from 'express';
 import common from '@nestjs/common';
 import core from '@nestjs/core';
+import platformFastify from '@nestjs/platform-fastify';
 import { Idempotent, IdempotencyModule, IdempotencyTransaction } from '../src/nestjs.js';
 
 const {
   Controller, Inject, Injectable, Module, Post, Req, Res,
 } = common;
 const { NestFactory } = core;
+const { FastifyAdapter } = platformFastify;
+
+// headers set on Express's response or on Fastify's reply
+const withHeaders = (res, headers) => (typeof res.set === 'function' ? res.set(headers) : res.headers(headers));
 
 // method decorators applied to prototype[name] as TypeScript would
 function decorate(proto, name, ...decorators) {
@@ -20,7 +25,9 @@ function decorate(proto, name, ...decorators) {
   for (const decorator of decorators) decorator(proto, name, descriptor);
 }
 
-export async function buildNest(options, { handlers, routes, tenantOf, placeOrder }) {
+export async function buildNest(options, {
+  handlers, routes, tenantOf, placeOrder, platform = 'express',
+}) {
   class OrderService {
     constructor(tx) { this.tx = tx; }
 
@@ -48,7 +55,7 @@ export async function buildNest(options, { handlers, routes, tenantOf, placeOrde
       proto[method] = async function order(req, res) {
         let value;
         await this.orders.run(name, req.body, tenantOf(req), (status, headers, body) => {
-          res.set(headers);
+          withHeaders(res, headers);
           value = JSON.parse(body);
         }, req.query);
         return value;
@@ -59,7 +66,7 @@ export async function buildNest(options, { handlers, routes, tenantOf, placeOrde
     } else {
       proto[method] = async function answer(req, res) {
         await this.orders.run(name, req.body, tenantOf(req), (status, headers, body) => {
-          res.status(status).set(headers).send(body);
+          withHeaders(res.status(status), headers).send(body);
         }, req.query);
       };
       decorate(proto, method, Post(path), Idempotent(routeOptions));
@@ -70,8 +77,13 @@ export async function buildNest(options, { handlers, routes, tenantOf, placeOrde
   // answers twice: res.end() after res.json()
   proto.twice = async function twice(req, res) {
     const id = await this.orders.place(req.body, tenantOf(req));
-    res.status(201).json({ order_id: id });
-    res.end('a second answer');
+    if (platform === 'fastify') {
+      res.code(201).send({ order_id: id });
+      res.send('a second answer');
+    } else {
+      res.status(201).json({ order_id: id });
+      res.end('a second answer');
+    }
   };
   decorate(proto, 'twice', Post('/orders/twice'), Idempotent());
   Req()(proto, 'twice', 0);
@@ -85,6 +97,12 @@ export async function buildNest(options, { handlers, routes, tenantOf, placeOrde
     providers: [OrderService],
   })(AppModule);
 
+  if (platform === 'fastify') {
+    const app = await NestFactory.create(AppModule, new FastifyAdapter(), { logger: false });
+    app.getHttpAdapter().getInstance().addContentTypeParser('application/octet-stream', { parseAs: 'buffer' },
+      (req, body, done) => done(null, body));
+    return app;
+  }
   const app = await NestFactory.create(AppModule, { logger: false });
   app.use(express.raw({ type: 'application/octet-stream' }));
   return app;
