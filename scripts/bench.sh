@@ -513,17 +513,25 @@ part sizes && { bench_sizes || FAILED_ROWS+=(sizes); }
 # (package-wait's duplicates of the app's own requests wait in memory).
 # The references run new keys only: the package's transaction shape with
 # no idempotency work, and with the least record a hand-written middleware
-# keeps (bench/http/app.js).
+# keeps (bench/http/app.js).  python: clients/python's ASGI middleware on
+# the same request (bench/http/asgi_app.py, Starlette under uvicorn, pool
+# of 10), run right after clients/node and reported as a ratio to it.
 B9_VARIANTS=(none express-idempotency node-idempotency package)
 B9_REFERENCES=(round-trips hand-record)
 B9_PORT=${IDEM_B9_PORT:-18380}
 b9_app_start() {  # VARIANT: the app on B9_PORT, its pid file registered
-    local pidfile=$WORK/b9-app.pid i
-    (cd bench/http && exec node app.js "$1" "$B9_PORT") >"$WORK/b9-app.log" 2>&1 &
+    local pidfile=$WORK/b9-app.pid i ready='^listening'
+    if [ "$1" = python ]; then
+        ready='Application startup complete'
+        (PYTHONPATH=$PWD/clients/python/src exec /usr/bin/python3 -m uvicorn --app-dir bench/http asgi_app:app \
+            --host 127.0.0.1 --port "$B9_PORT" --no-access-log) >"$WORK/b9-app.log" 2>&1 &
+    else
+        (cd bench/http && exec node app.js "$1" "$B9_PORT") >"$WORK/b9-app.log" 2>&1 &
+    fi
     echo $! >"$pidfile"
-    server_register "$pidfile" node
-    for i in $(seq 100); do
-        grep -q '^listening' "$WORK/b9-app.log" && return 0
+    server_register "$pidfile" "$([ "$1" = python ] && echo python3 || echo node)"
+    for i in $(seq 300); do
+        grep -q "$ready" "$WORK/b9-app.log" && return 0
         sleep 0.1
     done
     say "B9: the $1 app did not start"; cat "$WORK/b9-app.log" >&2; return 1
@@ -543,7 +551,8 @@ bench_http_middlewares() {
     local v out
     say "B9: Express 5 POST /orders, pg pool 10, wrk 50 connections: no idempotency, express-idempotency" \
         "+ Redis, @node-idempotency + Redis, clients/node"
-    { command -v npm >/dev/null || ensure_packages nodejs npm; } && ensure_packages wrk \
+    { command -v npm >/dev/null || ensure_packages nodejs npm; } \
+        && ensure_packages wrk python3-uvicorn python3-starlette python3-psycopg-pool \
         && (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
         && (cd bench/http && npm ci --no-audit --no-fund --loglevel=error) \
         && createdb idem_bench_http \
@@ -555,7 +564,7 @@ bench_http_middlewares() {
     export BENCH_DSN="postgresql://postgres@/idem_bench_http?host=$PGHOST&port=$PGPORT"
     export BENCH_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
     for run in $(seq "$RUNS"); do
-        for v in "${B9_VARIANTS[@]}" package-wait "${B9_REFERENCES[@]}"; do
+        for v in "${B9_VARIANTS[@]}" python package-wait "${B9_REFERENCES[@]}"; do
             b9_app_start "$v" || { FAILED_ROWS+=("b9_$v"); continue; }
             [ "$v" = package-wait ] || b9_wrk "b9_${v}_new" 1
             [[ " ${B9_REFERENCES[*]} " = *" $v "* ]] || b9_wrk "b9_${v}_storm" 5
@@ -746,6 +755,12 @@ b9_row "handler throws: 2+ rows / 409 / 5xx" "${cells[@]}"
 echo
 echo "clients/node against the faster Redis variant on new keys: $(fmt "$(b9_vs_redis package)" 2)x (target >= 1.0);" \
      "storm with duplicates waiting (waitFor 10 s) against 409 at once: $(fmt "$(ratio b9_package-wait_storm b9_package_storm)" 2)x (target >= 0.8)."
+echo "clients/python (ASGI: Starlette under uvicorn, psycopg pool of 10, run after clients/node): new keys" \
+     "$(fmt "$(med b9_python_new)") requests/s, $(fmt "$(ratio b9_python_new b9_package_new)" 2)x clients/node (target >= 0.9;" \
+     "per run: $(for r in $(seq "$RUNS"); do [ -n "${R[b9_python_new.$r]:-}" ] && [ -n "${R[b9_package_new.$r]:-}" ] &&
+        printf '%s ' "$(fmt "$(awk -v a="${R[b9_python_new.$r]}" -v b="${R[b9_package_new.$r]}" 'BEGIN {print a / b}')" 2)"; done));" \
+     "storm (5 copies) $(fmt "$(med b9_python_storm)") requests/s ($(fmt "$(ratio b9_python_storm b9_package_storm)" 2)x)," \
+     "duplicate rows (all runs) $(total b9_python_storm_dup)."
 echo "kill -9: the app killed after 1000 answers of a 50-client storm, restarted, every key sent retried up to 5 times" \
      "(Retry-After honoured, at most 2 s); keys sent: $(for v in "${B9_VARIANTS[@]}"; do printf '%s %s; ' "$v" "$(b9_field "kill.$v" keys)"; done)"
 echo "Redis killed: redis-server killed with kill -9 after 1000 answers of the same storm and started again (empty)," \

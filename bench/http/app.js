@@ -93,8 +93,11 @@ if (variant === 'none' || variant === 'express-idempotency') {
     return res.status(201).json(body);
   });
 } else if (variant === 'package' || variant === 'package-wait') {
-  // a direct connection: the claim and idem_finish as prepared statements
-  const idem = expressIdempotency({ pool, prepare: true, waitFor: variant === 'package-wait' ? 10000 : 0 });
+  // a direct connection: the claim and idem_finish as prepared statements;
+  // one scope for every caller, as the Redis variants have (no principal)
+  const idem = expressIdempotency({
+    pool, scope: 'bench', prepare: true, waitFor: variant === 'package-wait' ? 10000 : 0,
+  });
   app.post(ROUTES, idem, async (req, res) => {
     const { rows } = await req.idempotency.client.query(INSERT, [req.idempotency.key, req.body.sku, req.body.qty]);
     failOnce(req.path, req.idempotency.key);
