@@ -585,7 +585,7 @@ bench_http_middlewares() {
     [ "$(id -u)" -eq 0 ] || sed -i 's/^runuser -u [^ ]* -- //' "$BENCH_REDIS_RESTART"
     chmod 755 "$BENCH_REDIS_RESTART"
     for mode in kill throw redis; do
-        for v in "${B9_VARIANTS[@]}"; do
+        for v in "${B9_VARIANTS[@]}" python; do
             [ "$mode" = redis ] && [[ $v != *idempotency ]] && continue  # no Redis there
             out=$(cd bench/http && node fault.js "$v" "$B9_PORT" "$mode-$v" "$mode") \
                 || { say "B9: $mode fault run of $v failed"; FAILED_ROWS+=("b9_${mode}_$v"); continue; }
@@ -760,7 +760,10 @@ echo "clients/python (ASGI: Starlette under uvicorn, psycopg pool of 10, run aft
      "per run: $(for r in $(seq "$RUNS"); do [ -n "${R[b9_python_new.$r]:-}" ] && [ -n "${R[b9_package_new.$r]:-}" ] &&
         printf '%s ' "$(fmt "$(awk -v a="${R[b9_python_new.$r]}" -v b="${R[b9_package_new.$r]}" 'BEGIN {print a / b}')" 2)"; done));" \
      "storm (5 copies) $(fmt "$(med b9_python_storm)") requests/s ($(fmt "$(ratio b9_python_storm b9_package_storm)" 2)x)," \
-     "duplicate rows (all runs) $(total b9_python_storm_dup)."
+     "duplicate rows (all runs) $(total b9_python_storm_dup); kill -9: 2+ rows / no 2xx / 409" \
+     "$(b9_field kill.python duplicated) / $(b9_field kill.python unanswered) / $(b9_field kill.python stuck)" \
+     "of $(b9_field kill.python keys) keys; handler throws: 2+ rows / 409 / 5xx" \
+     "$(b9_field throw.python duplicated) / $(b9_field throw.python stuck) / $(b9_field throw.python failed)."
 echo "kill -9: the app killed after 1000 answers of a 50-client storm, restarted, every key sent retried up to 5 times" \
      "(Retry-After honoured, at most 2 s); keys sent: $(for v in "${B9_VARIANTS[@]}"; do printf '%s %s; ' "$v" "$(b9_field "kill.$v" keys)"; done)"
 echo "Redis killed: redis-server killed with kill -9 after 1000 answers of the same storm and started again (empty)," \

@@ -18,7 +18,7 @@ from starlette.routing import Route
 from pg_idempotency_key.asgi import IdempotencyMiddleware
 
 INSERT = "INSERT INTO bench_http_order (idempotency_key, sku, qty) VALUES (%s, %s, %s) RETURNING id"
-pool = AsyncConnectionPool(os.environ["BENCH_DSN"], min_size=10, max_size=10, open=False)
+pool = AsyncConnectionPool(os.environ["BENCH_DSN"], min_size=10, max_size=10, kwargs={"autocommit": True}, open=False)
 thrown_once = set()
 
 
