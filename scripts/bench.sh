@@ -514,17 +514,18 @@ part sizes && { bench_sizes || FAILED_ROWS+=(sizes); }
 # The references run new keys only: the package's transaction shape with
 # no idempotency work, and with the least record a hand-written middleware
 # keeps (bench/http/app.js).  python: clients/python's ASGI middleware on
-# the same request (bench/http/asgi_app.py, Starlette under uvicorn, pool
-# of 10), run right after clients/node and reported as a ratio to it.
+# the same request (bench/http/asgi_app.py, Starlette under uvicorn with
+# uvloop and httptools, as uvicorn[standard] installs it; pool of 10), run
+# right after clients/node and reported as a ratio to it.
 B9_VARIANTS=(none express-idempotency node-idempotency package)
 B9_REFERENCES=(round-trips hand-record)
 B9_PORT=${IDEM_B9_PORT:-18380}
 b9_app_start() {  # VARIANT: the app on B9_PORT, its pid file registered
     local pidfile=$WORK/b9-app.pid i ready='^listening'
     if [ "$1" = python ]; then
-        ready='Application startup complete'
+        ready='Uvicorn running on'  # once bound ("Application startup complete" comes before)
         (PYTHONPATH=$PWD/clients/python/src exec /usr/bin/python3 -m uvicorn --app-dir bench/http asgi_app:app \
-            --host 127.0.0.1 --port "$B9_PORT" --no-access-log) >"$WORK/b9-app.log" 2>&1 &
+            --host 127.0.0.1 --port "$B9_PORT" --loop uvloop --http httptools --no-access-log) >"$WORK/b9-app.log" 2>&1 &
     else
         (cd bench/http && exec node app.js "$1" "$B9_PORT") >"$WORK/b9-app.log" 2>&1 &
     fi
@@ -552,7 +553,7 @@ bench_http_middlewares() {
     say "B9: Express 5 POST /orders, pg pool 10, wrk 50 connections: no idempotency, express-idempotency" \
         "+ Redis, @node-idempotency + Redis, clients/node"
     { command -v npm >/dev/null || ensure_packages nodejs npm; } \
-        && ensure_packages wrk python3-uvicorn python3-starlette python3-psycopg-pool \
+        && ensure_packages wrk python3-uvicorn python3-uvloop python3-httptools python3-starlette python3-psycopg-pool \
         && (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
         && (cd bench/http && npm ci --no-audit --no-fund --loglevel=error) \
         && createdb idem_bench_http \
@@ -755,7 +756,7 @@ b9_row "handler throws: 2+ rows / 409 / 5xx" "${cells[@]}"
 echo
 echo "clients/node against the faster Redis variant on new keys: $(fmt "$(b9_vs_redis package)" 2)x (target >= 1.0);" \
      "storm with duplicates waiting (waitFor 10 s) against 409 at once: $(fmt "$(ratio b9_package-wait_storm b9_package_storm)" 2)x (target >= 0.8)."
-echo "clients/python (ASGI: Starlette under uvicorn, psycopg pool of 10, run after clients/node): new keys" \
+echo "clients/python (ASGI: Starlette under uvicorn, uvloop, httptools, psycopg pool of 10, run after clients/node): new keys" \
      "$(fmt "$(med b9_python_new)") requests/s, $(fmt "$(ratio b9_python_new b9_package_new)" 2)x clients/node (target >= 0.9;" \
      "per run: $(for r in $(seq "$RUNS"); do [ -n "${R[b9_python_new.$r]:-}" ] && [ -n "${R[b9_package_new.$r]:-}" ] &&
         printf '%s ' "$(fmt "$(awk -v a="${R[b9_python_new.$r]}" -v b="${R[b9_package_new.$r]}" 'BEGIN {print a / b}')" 2)"; done));" \

@@ -6,7 +6,7 @@ default prepare_threshold), one scope for every caller as the Redis
 variants have.  POST /orders/throw fails after its insert the first time
 it sees a key (fault runs).
 
-BENCH_DSN=... python3 -m uvicorn --app-dir bench/http asgi_app:app --port PORT"""
+BENCH_DSN=... python3 -m uvicorn --app-dir bench/http asgi_app:app --port PORT --loop uvloop --http httptools"""
 import json
 import os
 
