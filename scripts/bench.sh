@@ -574,18 +574,27 @@ part sizes && { bench_sizes || FAILED_ROWS+=(sizes); }
 # no idempotency work, and with the least record a hand-written middleware
 # keeps (bench/http/app.js). The ORM row: the package with the handler's
 # insert through Prisma (package-prisma), new keys and storm, set against
-# the package on the raw driver in the same runs.
+# the package on the raw driver in the same runs.  python: clients/python's
+# ASGI middleware on the same request (bench/http/asgi_app.py, Starlette
+# under uvicorn with uvloop and httptools, as uvicorn[standard] installs
+# it; pool of 10), run right after clients/node and reported as a ratio to it.
 B9_VARIANTS=(none express-idempotency node-idempotency package)
 B9_ORMS=(package-prisma)
 B9_REFERENCES=(round-trips hand-record)
 B9_PORT=${IDEM_B9_PORT:-18380}
 b9_app_start() {  # VARIANT: the app on B9_PORT, its pid file registered
-    local pidfile=$WORK/b9-app.pid i
-    (cd bench/http && exec node app.js "$1" "$B9_PORT") >"$WORK/b9-app.log" 2>&1 &
+    local pidfile=$WORK/b9-app.pid i ready='^listening'
+    if [ "$1" = python ]; then
+        ready='Uvicorn running on'  # once bound ("Application startup complete" comes before)
+        (PYTHONPATH=$PWD/clients/python/src exec /usr/bin/python3 -m uvicorn --app-dir bench/http asgi_app:app \
+            --host 127.0.0.1 --port "$B9_PORT" --loop uvloop --http httptools --no-access-log) >"$WORK/b9-app.log" 2>&1 &
+    else
+        (cd bench/http && exec node app.js "$1" "$B9_PORT") >"$WORK/b9-app.log" 2>&1 &
+    fi
     echo $! >"$pidfile"
-    server_register "$pidfile" node
-    for i in $(seq 100); do
-        grep -q '^listening' "$WORK/b9-app.log" && return 0
+    server_register "$pidfile" "$([ "$1" = python ] && echo python3 || echo node)"
+    for i in $(seq 300); do
+        grep -q "$ready" "$WORK/b9-app.log" && return 0
         sleep 0.1
     done
     say "B9: the $1 app did not start"; cat "$WORK/b9-app.log" >&2; return 1
@@ -605,7 +614,8 @@ bench_http_middlewares() {
     local v out
     say "B9: Express 5 POST /orders, pg pool 10, wrk 50 connections: no idempotency, express-idempotency" \
         "+ Redis, @node-idempotency + Redis, clients/node"
-    { command -v npm >/dev/null || ensure_packages nodejs npm; } && ensure_packages wrk \
+    { command -v npm >/dev/null || ensure_packages nodejs npm; } \
+        && ensure_packages wrk python3-uvicorn python3-uvloop python3-httptools python3-starlette python3-psycopg-pool \
         && (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
         && (cd bench/http && npm ci --no-audit --no-fund --loglevel=error) \
         && (cd bench/http && PRISMA_SCHEMA_ENGINE_BINARY=/bin/true CHECKPOINT_DISABLE=1 \
@@ -619,7 +629,7 @@ bench_http_middlewares() {
     export BENCH_DSN="postgresql://postgres@/idem_bench_http?host=$PGHOST&port=$PGPORT"
     export BENCH_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
     for run in $(seq "$RUNS"); do
-        for v in "${B9_VARIANTS[@]}" package-wait "${B9_ORMS[@]}" "${B9_REFERENCES[@]}"; do
+        for v in "${B9_VARIANTS[@]}" python package-wait "${B9_ORMS[@]}" "${B9_REFERENCES[@]}"; do
             b9_app_start "$v" || { FAILED_ROWS+=("b9_$v"); continue; }
             [ "$v" = package-wait ] || b9_wrk "b9_${v}_new" 1
             [[ " ${B9_REFERENCES[*]} " = *" $v "* ]] || b9_wrk "b9_${v}_storm" 5
@@ -640,7 +650,7 @@ bench_http_middlewares() {
     [ "$(id -u)" -eq 0 ] || sed -i 's/^runuser -u [^ ]* -- //' "$BENCH_REDIS_RESTART"
     chmod 755 "$BENCH_REDIS_RESTART"
     for mode in kill throw redis; do
-        for v in "${B9_VARIANTS[@]}"; do
+        for v in "${B9_VARIANTS[@]}" python; do
             [ "$mode" = redis ] && [[ $v != *idempotency ]] && continue  # no Redis there
             out=$(cd bench/http && node fault.js "$v" "$B9_PORT" "$mode-$v" "$mode") \
                 || { say "B9: $mode fault run of $v failed"; FAILED_ROWS+=("b9_${mode}_$v"); continue; }
@@ -897,6 +907,15 @@ b9_row "handler throws: 2+ rows / 409 / 5xx" "${cells[@]}"
 echo
 echo "clients/node against the faster Redis variant on new keys: $(fmt "$(b9_vs_redis package)" 2)x (target >= 1.0);" \
      "storm with duplicates waiting (waitFor 10 s) against 409 at once: $(fmt "$(ratio b9_package-wait_storm b9_package_storm)" 2)x (target >= 0.8)."
+echo "clients/python (ASGI: Starlette under uvicorn, uvloop, httptools, psycopg pool of 10, run after clients/node): new keys" \
+     "$(fmt "$(med b9_python_new)") requests/s, $(fmt "$(ratio b9_python_new b9_package_new)" 2)x clients/node (target >= 0.9;" \
+     "per run: $(for r in $(seq "$RUNS"); do [ -n "${R[b9_python_new.$r]:-}" ] && [ -n "${R[b9_package_new.$r]:-}" ] &&
+        printf '%s ' "$(fmt "$(awk -v a="${R[b9_python_new.$r]}" -v b="${R[b9_package_new.$r]}" 'BEGIN {print a / b}')" 2)"; done));" \
+     "storm (5 copies) $(fmt "$(med b9_python_storm)") requests/s ($(fmt "$(ratio b9_python_storm b9_package_storm)" 2)x)," \
+     "duplicate rows (all runs) $(total b9_python_storm_dup); kill -9: 2+ rows / no 2xx / 409" \
+     "$(b9_field kill.python duplicated) / $(b9_field kill.python unanswered) / $(b9_field kill.python stuck)" \
+     "of $(b9_field kill.python keys) keys; handler throws: 2+ rows / 409 / 5xx" \
+     "$(b9_field throw.python duplicated) / $(b9_field throw.python stuck) / $(b9_field throw.python failed)."
 echo "kill -9: the app killed after 1000 answers of a 50-client storm, restarted, every key sent retried up to 5 times" \
      "(Retry-After honoured, at most 2 s); keys sent: $(for v in "${B9_VARIANTS[@]}"; do printf '%s %s; ' "$v" "$(b9_field "kill.$v" keys)"; done)"
 echo "Redis killed: redis-server killed with kill -9 after 1000 answers of the same storm and started again (empty)," \

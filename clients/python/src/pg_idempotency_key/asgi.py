@@ -8,8 +8,10 @@ through untouched.  The request body is read first, up to max_body_bytes
 application's response is held back until its outcome is committed with
 the claim, so a client never sees an answer that was not recorded, and
 the application's background tasks run after that, as they do without
-the middleware.  BEGIN travels with the claim and COMMIT with idem_finish
-(psycopg's pipeline mode: one round trip each).  A serialization failure
+the middleware.  BEGIN travels with the claim and COMMIT with idem_finish:
+one round trip each, as one simple-protocol query whose values psycopg's
+client-side cursor binds (AsyncClientCursor; pipeline mode took about
+twice the client's CPU per claim).  A serialization failure
 or deadlock re-runs the application, up to `retries` times.  A duplicate
 of a request this process is claiming or running is answered in memory
 (flights.py)."""
@@ -17,6 +19,7 @@ import asyncio
 import json
 
 import psycopg
+from psycopg import AsyncClientCursor
 from psycopg.pq import TransactionStatus
 
 from .core import (Options, Response, RetryRequest, answer_of_error, body_too_large, check_key, claim_sql,
@@ -27,18 +30,6 @@ from .guard import GuardedConnection
 
 TOO_LARGE = object()
 OVERTIME = object()  # what _AppRun.result gives for a handler past its time limit
-
-
-def header(scope, name):
-    """the value of request header `name` (lower case) in an ASGI scope, or None"""
-    values = headers(scope, name)
-    return values[0] if values else None
-
-
-def headers(scope, name):
-    """the values of every line of request header `name` in an ASGI scope"""
-    wanted = name.lower().encode("latin-1")
-    return [v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == wanted]
 
 
 async def send_response(send, r):
@@ -96,8 +87,32 @@ def routed(routes, scope):
     """does a route take this path and method (a Mount: this path)?"""
     if routes is None:
         return True
-    from starlette.routing import Match
-    return any(route.matches(scope)[0] == Match.FULL for route in routes)
+    full = _full_match()
+    return any(route.matches(scope)[0] == full for route in routes)
+
+
+def _full_match(cache=[]):
+    """Starlette's Match.FULL, imported once (not on every request; other
+    ASGI frameworks never import Starlette)"""
+    if not cache:
+        from starlette.routing import Match
+        cache.append(Match.FULL)
+    return cache[0]
+
+
+def request_headers(scope):
+    """-> (every Idempotency-Key line, Content-Length, Content-Type) of an
+    ASGI scope, in one pass over its headers"""
+    keys, length, content_type = [], None, None
+    for name, value in scope.get("headers", ()):
+        name = name.lower()
+        if name == b"idempotency-key":
+            keys.append(value.decode("latin-1"))
+        elif name == b"content-length" and length is None:
+            length = value.decode("latin-1")
+        elif name == b"content-type" and content_type is None:
+            content_type = value.decode("latin-1")
+    return keys, length, content_type
 
 
 async def admit(middleware, scope, receive, send):
@@ -111,7 +126,7 @@ async def admit(middleware, scope, receive, send):
         middleware._routes = routes_of(middleware.app)
     if o is False or scope["method"] not in o.methods or not routed(middleware._routes, scope):
         return await middleware.app(scope, receive, send)
-    keys = headers(scope, "idempotency-key")
+    keys, length, content_type = request_headers(scope)
     refused = check_key(keys, o)
     if refused:
         return await send_response(send, refused)
@@ -119,7 +134,6 @@ async def admit(middleware, scope, receive, send):
     scope_name = o.scope_of(scope) if key is not None else None
     if key is not None and scope_name is None:
         return await send_response(send, scope_missing())
-    length = header(scope, "content-length")
     if length is not None and length.isdigit() and int(length) > o.max_body_bytes:
         return await send_response(send, body_too_large(o))
     body = await read_body(receive, o.max_body_bytes)
@@ -128,7 +142,7 @@ async def admit(middleware, scope, receive, send):
     if body is TOO_LARGE:
         return await send_response(send, body_too_large(o))
     path = scope["path"] + ("?" + scope["query_string"].decode("latin-1") if scope.get("query_string") else "")
-    return o, body, (key, scope_name, fingerprint(scope["method"], path, body, header(scope, "content-type")))
+    return o, body, (key, scope_name, fingerprint(scope["method"], path, body, content_type))
 
 
 class _AppRun:
@@ -397,10 +411,10 @@ class IdempotencyMiddleware:
                     return answer
                 raise
             try:
-                async with conn.pipeline():
-                    if not leased:
-                        await conn.execute("BEGIN")
-                    cur = await conn.execute(sql, params)
+                cur = AsyncClientCursor(conn)
+                await cur.execute(sql if leased else "BEGIN; " + sql, params)
+                if not leased:
+                    cur.nextset()
                 outcome, result, fence, recovery_point, retry_after = await cur.fetchone()
             except psycopg.Error as exc:
                 await self._rollback(conn)
@@ -478,10 +492,7 @@ class IdempotencyMiddleware:
                 raise
             return answer
         try:
-            async with conn.pipeline():
-                await conn.execute(sql, params)
-                if in_transaction:
-                    await conn.execute("COMMIT")
+            await AsyncClientCursor(conn).execute(sql + "; COMMIT" if in_transaction else sql, params)
         except psycopg.Error as exc:
             await self._rollback(conn)
             state = sqlstate_of(exc)

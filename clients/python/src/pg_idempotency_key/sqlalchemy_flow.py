@@ -5,7 +5,7 @@ the framework-independent part of flask.py and sqlalchemy_asgi.py.
 One connection of the engine's pool carries the request, in
 the driver's autocommit mode, so that it sends no BEGIN or COMMIT of its own,
 and the middleware sends "BEGIN; claim" and "finish; COMMIT" (one round
-trip each, as the psycopg 3 middleware's pipeline does).  The handler's
+trip each, as the psycopg 3 middleware does).  The handler's
 Session is bound to that connection: session.commit() flushes and commits
 nothing (the commit comes with the stored response); session.rollback()
 would leave the flushed writes in place, so it ends the request with
