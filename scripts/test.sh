@@ -432,6 +432,7 @@ run_python_client_suite() {
     ensure_packages python3-psycopg python3-psycopg-pool python3-psycopg2 python3-starlette \
         python3-uvicorn python3-django python3-gunicorn python3-pytest python3-venv python3-setuptools python3-wheel \
         python3-sqlalchemy python3-fastapi python3-flask python3-flask-sqlalchemy python3-asyncpg \
+        curl \
         && clients_database "$db" "$bouncer" \
         || { failed=$((failed + 1)); return; }
     (cd clients/python && IDEM_TEST_DSN="host=$PGHOST port=$PGPORT dbname=$db user=postgres" \
