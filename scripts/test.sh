@@ -331,11 +331,23 @@ clients_database() {
         && pgbouncer_start "$CLUSTER_DIR/pgbouncer-$1" "$2" "$1 = host=$PGHOST port=$PGPORT dbname=$1 user=postgres"
 }
 
+# count_node_summary RC: node --test's summary in $log ("# pass N", "# fail
+# N") added to the counts; a runner that exited non-zero without reporting
+# a failure counts one
+count_node_summary() {
+    local rc=$1 ok bad
+    ok=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$log" | tail -n 1)
+    bad=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$log" | tail -n 1)
+    ok=${ok:-0}; bad=${bad:-0}
+    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
+    passed=$((passed + ok)); failed=$((failed + bad))
+}
+
 # clients/node: npm ci from the committed lockfile, then node --test against
 # the cluster directly and through PgBouncer; counts the runner's summary
 # ("# pass N", "# fail N").
 run_node_client_suite() {
-    local db=idempotency_node bouncer=${IDEM_NODE_PGBOUNCER_PORT:-16434} ok bad rc
+    local db=idempotency_node bouncer=${IDEM_NODE_PGBOUNCER_PORT:-16434}
     say "clients/node (Express 5, Express 4, Fastify, NestJS on Express and on Fastify, Hono), directly and through PgBouncer"
     ensure_node || { failed=$((failed + 1)); return; }
     (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
@@ -344,12 +356,7 @@ run_node_client_suite() {
     (cd clients/node && IDEM_TEST_DSN="postgresql://postgres@/$db?host=$PGHOST&port=$PGPORT" \
         IDEM_TEST_POOLED_DSN="postgresql://postgres@127.0.0.1:$bouncer/$db" \
         node --test test/*.test.js) 2>&1 | tee "$log"
-    rc=${PIPESTATUS[0]}
-    ok=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$log" | tail -n 1)
-    bad=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$log" | tail -n 1)
-    ok=${ok:-0}; bad=${bad:-0}
-    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
-    passed=$((passed + ok)); failed=$((failed + bad))
+    count_node_summary "${PIPESTATUS[0]}"
     server_stop "$CLUSTER_DIR/pgbouncer-$db/pgbouncer.pid"
 }
 
@@ -376,7 +383,7 @@ outbox_broker_stop() {
 # RabbitMQ, which the suite's restart test stops and starts; counts the
 # runner's summary as for the HTTP suite.
 run_node_outbox_suite() {
-    local db=idempotency_outbox port=$OUTBOX_BROKER_PORT dir=$CLUSTER_DIR/rabbitmq ok bad rc
+    local db=idempotency_outbox port=$OUTBOX_BROKER_PORT dir=$CLUSTER_DIR/rabbitmq
     say "clients/node outbox relay and consumer against RabbitMQ (confirms, kill -9, broker restart, storm)"
     ensure_node || { failed=$((failed + 1)); return; }
     [ -d clients/node/node_modules/amqplib ] \
@@ -389,12 +396,7 @@ run_node_outbox_suite() {
         IDEM_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$port" \
         IDEM_TEST_RABBITMQ_DIR="$dir" IDEM_TEST_RABBITMQ_PORT="$port" \
         node --test test/outbox/*.test.js) 2>&1 | tee "$log"
-    rc=${PIPESTATUS[0]}
-    ok=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$log" | tail -n 1)
-    bad=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$log" | tail -n 1)
-    ok=${ok:-0}; bad=${bad:-0}
-    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
-    passed=$((passed + ok)); failed=$((failed + bad))
+    count_node_summary "${PIPESTATUS[0]}"
 }
 
 # clients/python's outbox relay and inbox consumer (Debian's python3-pika)

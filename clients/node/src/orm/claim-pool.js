@@ -70,23 +70,24 @@ export function claimClient(client) {
   });
 }
 
-export function claimPool(client) {
-  const facade = claimClient(client);
-  return {
+// a pg.Pool's shape over one connection, handed out by every connect()
+function poolOver(connection) {
+  return Object.assign(new EventEmitter(), {
     connect: (callback) => {
-      if (!callback) return Promise.resolve(facade);
-      process.nextTick(callback, null, facade, facade.release);
+      if (!callback) return Promise.resolve(connection);
+      process.nextTick(callback, null, connection, connection.release);
       return undefined;
     },
-    query: (...args) => facade.query(...args),
+    query: (...args) => connection.query(...args),
     end: (callback) => settle(Promise.resolve(), callback),
-    on() { return this; },
-    off() { return this; },
-    removeListener() { return this; },
     totalCount: 1,
     idleCount: 0,
     waitingCount: 0,
-  };
+  });
+}
+
+export function claimPool(client) {
+  return poolOver(claimClient(client));
 }
 
 // the client as an ORM with its own transaction sees it (transactionPool)
@@ -114,13 +115,5 @@ function transactionClient(client) {
 }
 
 export function transactionPool(client) {
-  const one = transactionClient(client);
-  return Object.assign(new EventEmitter(), {
-    connect: async () => one,
-    query: (...args) => one.query(...args),
-    end: async () => {},
-    totalCount: 1,
-    idleCount: 0,
-    waitingCount: 0,
-  });
+  return poolOver(transactionClient(client));
 }
