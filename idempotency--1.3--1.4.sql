@@ -152,3 +152,50 @@ BEGIN
 END
 $$;
 DROP TABLE idem_cluster_stats_grants;
+
+-------------------------------------------------------------------------------
+-- idem_finish_response: idem_finish with an HTTP response's stored form
+-------------------------------------------------------------------------------
+
+-- The client packages record a response as {"status", "headers", "body" |
+-- "body_base64"}; built in C from the body's bytes, a large body costs the
+-- server one copy instead of the passes of encode() and jsonb_build_object.
+CREATE FUNCTION @extschema@.idem_finish_response(
+    key     text,
+    status  integer,
+    headers jsonb,
+    body    bytea,
+    scope   text   DEFAULT '',
+    fence   bigint DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_finish_response'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_finish_response(text, integer, jsonb, bytea, text, bigint) IS
+'record success with an HTTP response as the result, as idem_finish does: the stored form {"status": status, "headers": headers, "body": text} when body bytea is UTF-8 without NUL in a UTF-8 database, else "body_base64" (standard alphabet, padded, no line breaks); what the client packages store and replay. Fence as for idem_finish. Returns void. Errors: IK002, IK003 as for idem_finish, 22004 NULL key, status, headers, body or scope, 22023 status outside 100-999 or headers not a JSON object, 54000 a body too large for a jsonb string (over 256 MiB; as base64, bytes over 192 MiB), 25006 read-only transaction or standby';
+
+-------------------------------------------------------------------------------
+-- idempotent_record.result: lz4 compression where the server has it
+-------------------------------------------------------------------------------
+
+-- A stored result over about 2 kB is compressed.  pglz, the default, runs
+-- over most of a large value before it gives up on one that does not
+-- compress (the base64 of an image or an archive): about half a second of
+-- a 20 MB response's commit.  lz4 gives up early and compresses text
+-- better.  Servers built without lz4 keep pglz.  New values only: stored
+-- ones stay as they are, readable either way.  On Citus a table already
+-- distributed is left alone (its shards keep their compression).
+DO $$
+DECLARE
+    distributed boolean := false;
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1)'
+           INTO distributed USING '@extschema@.idempotent_record'::pg_catalog.regclass;
+    END IF;
+    IF NOT distributed AND EXISTS (SELECT FROM pg_catalog.pg_settings
+                                    WHERE name = 'default_toast_compression' AND 'lz4' = ANY (enumvals)) THEN
+        ALTER TABLE @extschema@.idempotent_record ALTER COLUMN result SET COMPRESSION lz4;
+    END IF;
+END
+$$;

@@ -36,6 +36,11 @@ SELECT outcome, fence FROM idem_claim('k1', scope => 'tenant_a', fingerprint => 
 SELECT idem_finish('k1', '{"order_id": 1}', scope => 'tenant_a');
 COMMIT;
 SELECT outcome, result FROM idem_claim('k1', scope => 'tenant_a', fingerprint => '\x01');
+BEGIN;
+SELECT outcome FROM idem_claim('k2', scope => 'tenant_a');
+SELECT idem_finish_response('k2', 201, '{}', '\x6f6b', scope => 'tenant_a');
+COMMIT;
+SELECT outcome, result FROM idem_claim('k2', scope => 'tenant_a');
 SELECT outcome, fence FROM idem_claim('pay-1', scope => 'shop:eu', lease => '1 minute');
 SELECT idem_checkpoint('pay-1', 'charged', scope => 'shop:eu', fence => 1);
 SELECT idem_extend_lease('pay-1', '2 minutes', scope => 'shop:eu', fence => 1) > now() AS extended;
@@ -57,6 +62,7 @@ SELECT call, pg_temp.try(call) AS answer FROM (VALUES
   ($$SELECT outcome FROM idem_claim('never-used', scope => 'tenant_b')$$),
   ($$SELECT count(*) FROM idem_lookup('k1', 'tenant_b')$$),
   ($$SELECT idem_finish('k1', '{}', scope => 'tenant_b', fence => 1)$$),
+  ($$SELECT idem_finish_response('k1', 200, '{}', '\x00', scope => 'tenant_b', fence => 1)$$),
   ($$SELECT idem_once('m1', scope => 'tenant_b')$$),
   ($$SELECT idem_token_issue('tenant_b')$$),
   ($$SELECT outcome FROM idem_claim('k1', scope => 'shopping')$$),

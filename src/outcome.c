@@ -1,7 +1,7 @@
 /*
  * outcome.c
- *	  The writes that follow a claim: idem_finish, idem_fail,
- *	  idem_mark_unknown, idem_checkpoint and idem_extend_lease.
+ *	  The writes that follow a claim: idem_finish, idem_finish_response,
+ *	  idem_fail, idem_mark_unknown, idem_checkpoint and idem_extend_lease.
  *
  * Each is allowed to the holder of the claim only: the transaction that made
  * an in-transaction claim, or whoever presents the current fence of a
@@ -24,6 +24,7 @@
 #include "outcome_wait.h"
 #include "record_store.h"
 #include "stats.h"
+#include "stored_response.h"
 #include "xact_claims.h"
 
 /* Argument numbers shared by these functions: key first, then ... */
@@ -244,6 +245,32 @@ Datum
 idem_finish(PG_FUNCTION_ARGS)
 {
 	record_outcome_call(fcinfo, "idem_finish", "result", RECORD_SUCCEEDED);
+	PG_RETURN_VOID();
+}
+
+/*
+ * idem_finish_response(key text, status integer, headers jsonb, body bytea,
+ *						scope text, fence bigint) RETURNS void
+ *	  idem_finish with the stored form of an HTTP response as the result,
+ *	  built from the body's bytes (stored_response.c): what the client
+ *	  packages record.  Errors as for idem_finish, and 22004 NULL status,
+ *	  headers or body, 22023 status outside 100-999 or headers not an
+ *	  object.
+ */
+PG_FUNCTION_INFO_V1(idem_finish_response);
+Datum
+idem_finish_response(PG_FUNCTION_ARGS)
+{
+	const char *fn = "idem_finish_response";
+	IdemKey		id = idem_get_key(fcinfo, ARG_KEY, 4, fn);
+
+	idem_require_arg(fcinfo, 1, "status", fn);
+	idem_require_arg(fcinfo, 2, "headers", fn);
+	idem_require_arg(fcinfo, 3, "body", fn);
+	record_outcome(fcinfo, &id, 5, fn, RECORD_SUCCEEDED,
+				   idem_stored_response(PG_GETARG_INT32(1),
+										PG_GETARG_JSONB_P(2),
+										PG_GETARG_BYTEA_PP(3)));
 	PG_RETURN_VOID();
 }
 

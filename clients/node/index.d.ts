@@ -43,7 +43,7 @@ export interface IdempotencyOptions<Req = unknown> {
   pollFrom?: number;
   /** Re-runs of a request after 40001 or 40P01 (default 3). */
   retries?: number;
-  /** Named statements for the claim and idem_finish, parsed once per connection (default false; not behind a transaction-pooling PgBouncer). */
+  /** Named statements for the claim and idem_finish_response, parsed once per connection (default false; not behind a transaction-pooling PgBouncer). */
   prepare?: boolean;
   /** Longest key accepted, in characters (default 255, the server's default idempotency.max_key_length). */
   maxKeyLength?: number;

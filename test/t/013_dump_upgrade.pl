@@ -262,7 +262,8 @@ SELECT pg_describe_object(m.classid, m.objid, m.objsubid) || ' | ' ||
          WHEN 'pg_class'::regclass THEN
            (SELECT concat_ws(' ', c.relkind, c.relacl::text, c.reloptions::text,
                              (SELECT string_agg(a.attname || ':' || format_type(a.atttypid, a.atttypmod)
-                                                || ':' || a.attnotnull || ':' || coalesce(pg_get_expr(ad.adbin, ad.adrelid), ''),
+                                                || ':' || a.attnotnull || ':' || coalesce(pg_get_expr(ad.adbin, ad.adrelid), '')
+                                                || ':' || a.attcompression::text,
                                                 ',' ORDER BY a.attnum)
                                 FROM pg_attribute a
                                 LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum

@@ -1,6 +1,6 @@
 // The framework-independent part: key checks, the claim (with its polling
-// of a duplicate in flight), the outcome (idem_finish with COMMIT, or
-// ROLLBACK / idem_fail), and requests abandoned before their outcome (the
+// of a duplicate in flight), the outcome (idem_finish_response with COMMIT,
+// or ROLLBACK / idem_fail), and requests abandoned before their outcome (the
 // session ended, the handler ran out of time). The statements are in
 // statements.js and travel through pipeline.js; the connections are held
 // through session.js; the answers are in answers.js; the requests of this
@@ -10,7 +10,7 @@ import {
 } from './answers.js';
 import { awaitFlight, flightOf, land, takeOff } from './flights.js';
 import { forgetStatements, pipeline } from './pipeline.js';
-import { decodeStored, isText, replayOf } from './response.js';
+import { decodeStored, replayOf } from './response.js';
 import {
   checkout, guarded, onBroken, release,
 } from './session.js';
@@ -120,7 +120,7 @@ async function claimAtServer(o, request, fingerprint, deadline, flight) {
     }
     if (leased) release(client); else await rollback(client);
     if (row.outcome === 'replay') {
-      const replay = decodeStored(JSON.parse(row.result));
+      const replay = await decodeStored(JSON.parse(row.result), row.body, row.body_base64);
       return { answer: replay, replay };
     }
     // from pollFrom, doubling up to the server's retry_after, with jitter:
@@ -305,8 +305,7 @@ async function completeOnce(state, response, committed) {
   let target = client;
   try {
     target = target || await checkout(o.pool);
-    const text = await isText(response.body);
-    const finish = finishStep(o, state.key, state.scope, response, text, leased ? state.fence : null);
+    const finish = finishStep(o, state.key, state.scope, response, leased ? state.fence : null);
     await pipeline(target, client ? [finish, commitStep(o)] : [finish]);
     committed();
     release(target);

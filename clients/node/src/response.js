@@ -2,13 +2,12 @@
 // lower-case header names and the body as a Buffer; how one is stored in
 // the record's result (jsonb) and turned back into the same bytes; and the
 // RFC 9457 problem answers.
-import { isUtf8 } from 'node:buffer';
 
 // The stored form: {"status": 201, "headers": {...}, "body": "<text>"}, or
 // "body_base64" for bytes that are not UTF-8 text jsonb can hold (jsonb
 // would reorder keys of a JSON body, so the body is kept as a string).
 // Here only the status and the allowed headers; the server builds the
-// body from the bytes (statements.js), isText says which of the two.
+// body from the bytes and chooses which of the two (statements.js).
 export function storedForm(response, storedHeaders) {
   const headers = {};
   for (const name of storedHeaders) {
@@ -18,34 +17,38 @@ export function storedForm(response, storedHeaders) {
   return { status: response.status, headers };
 }
 
-// A megabyte of a body is checked per turn of the event loop.
+// A megabyte of a large replay's body is decoded per turn of the event
+// loop, after a turn of its own: the driver has just decoded the whole
+// row, and a 20 MB body decoded at once held the loop for tens of ms more.
 const SLICE = 1024 * 1024;
 const nextTurn = () => new Promise((resolve) => { setImmediate(resolve); });
 
-// -> whether body is UTF-8 text without NUL (stored as "body"), by native
-// scans only, a slice per turn of the event loop, so that a large body
-// never holds it long (on a loaded machine a scan of 20 MB took over
-// 100 ms). A slice ends before a UTF-8 continuation byte, at a character
-// boundary: valid text gives valid slices, and any invalid byte makes its
-// slice invalid.
-export async function isText(body) {
-  for (let start = 0; start < body.length;) {
-    let end = Math.min(start + SLICE, body.length);
-    for (let back = 0; back < 3 && end < body.length && (body[end] & 0xc0) === 0x80; back += 1) end -= 1;
-    const slice = body.subarray(start, end);
-    if (slice.indexOf(0) !== -1 || !isUtf8(slice)) return false;
+// -> the bytes of a body given as base64 (else as text), written in
+// slices into one buffer
+async function bodyBytes(text, base64) {
+  const source = base64 ?? text ?? '';
+  const encoding = base64 != null ? 'base64' : 'utf8';
+  if (source.length <= SLICE) return Buffer.from(source, encoding);
+  const bytes = Buffer.allocUnsafe(Buffer.byteLength(source, encoding));
+  let written = 0;
+  for (let start = 0; start < source.length;) {
+    await nextTurn();
+    let end = Math.min(start + SLICE, source.length);
+    // a slice ends between characters: not inside a surrogate pair
+    // (text), at a multiple of 4 characters (base64; SLICE is one)
+    const code = source.charCodeAt(end - 1);
+    if (end < source.length && code >= 0xd800 && code <= 0xdbff) end -= 1;
+    written += bytes.write(source.slice(start, end), written, encoding);
     start = end;
-    if (start < body.length) await nextTurn();
   }
-  return true;
+  return bytes.subarray(0, written);
 }
 
-// the response a replay answers with, from the stored form
-export function decodeStored(result) {
+// the response a replay answers with, from the stored form's status and
+// headers and its body, as text or base64 (one of them, else none)
+export async function decodeStored(result, body, bodyBase64) {
   const headers = { ...(result.headers || {}), 'idempotent-replayed': 'true' };
-  const body = result.body_base64 !== undefined
-    ? Buffer.from(result.body_base64, 'base64') : Buffer.from(result.body ?? '', 'utf8');
-  return { status: result.status ?? 200, headers, body };
+  return { status: result.status ?? 200, headers, body: await bodyBytes(body, bodyBase64) };
 }
 
 // the response a local duplicate answers with, from the one committed

@@ -1,25 +1,27 @@
 // The statements of the claim and of the outcome, with parameters: BEGIN
-// travels with the claim and COMMIT with idem_finish, one round trip each
-// (pipeline.js). No value is escaped into SQL text: the request body's
-// fingerprint input and the response body go as parameters, the body as
-// binary bytes that the server turns into the stored form. With the
-// "prepare" option both statements are parsed once per connection under
-// a name (BEGIN and COMMIT too); a transaction-pooling PgBouncer cannot
-// keep those, so it is off by default.
+// travels with the claim and COMMIT with idem_finish_response, one round
+// trip each (pipeline.js). No value is escaped into SQL text: the request
+// body's fingerprint input and the response body go as parameters, the body
+// as binary bytes that idem_finish_response turns into the stored form. With
+// the "prepare" option both statements are parsed once per connection under
+// a name (BEGIN and COMMIT too); a transaction-pooling PgBouncer cannot keep
+// those, so it is off by default.
 import { createHash } from 'node:crypto';
 import { storedForm } from './response.js';
 
-const CLAIM = 'SELECT outcome, result, fence, recovery_point, extract(epoch FROM retry_after)::float8 AS retry_after'
+// A replay's body comes in a text column of its own: a string the driver
+// decodes natively, where the whole stored form would be a large JSON
+// text for JSON.parse on the event loop.
+const CLAIM = 'SELECT outcome, result - \'body\' - \'body_base64\' AS result,'
+  + ' result ->> \'body\' AS body, result ->> \'body_base64\' AS body_base64,'
+  + ' fence, recovery_point, extract(epoch FROM retry_after)::float8 AS retry_after'
   + ' FROM idem_claim($1::text, scope => $2::text,'
   + ' fingerprint => CASE WHEN $3::jsonb IS NULL THEN $4::bytea ELSE idem_fingerprint($3::jsonb) END,'
   + ' wait => false, ttl => make_interval(secs => $5::float8), lease => make_interval(secs => $6::float8))';
 
-// the stored form {"status", "headers", "body" | "body_base64"} built by
-// the server from the body's bytes ($5 says which)
-const FINISH = 'SELECT idem_finish($1::text, jsonb_build_object(\'status\', $2::int, \'headers\', $3::jsonb)'
-  + ' || CASE WHEN $5::bool THEN jsonb_build_object(\'body\', convert_from($4::bytea, \'UTF8\'))'
-  + ' ELSE jsonb_build_object(\'body_base64\', translate(encode($4::bytea, \'base64\'), E\'\\n\', \'\')) END,'
-  + ' scope => $6::text, fence => $7::bigint)';
+// the stored form {"status", "headers", "body" | "body_base64"}, built by
+// the server from the body's bytes
+const FINISH = 'SELECT idem_finish_response($1::text, $2::int, $3::jsonb, $4::bytea, scope => $5::text, fence => $6::bigint)';
 
 const secondsOf = (ms) => (ms == null ? null : String(Number(ms) / 1000));
 const named = (o, name) => (o.prepare ? name : '');
@@ -38,7 +40,7 @@ export function fingerprintOf(method, path, body) {
   return { json: null, hash: createHash('sha256').update(`${method} ${path}\n`).update(bytes).digest() };
 }
 
-const CLAIM_COLUMNS = ['outcome', 'result', 'fence', 'recovery_point', 'retry_after'];
+const CLAIM_COLUMNS = ['outcome', 'result', 'body', 'body_base64', 'fence', 'recovery_point', 'retry_after'];
 
 // the claim of key and scope with fingerprint and o's ttl and lease
 export function claimStep(o, key, scope, fingerprint) {
@@ -50,14 +52,14 @@ export function claimStep(o, key, scope, fingerprint) {
   };
 }
 
-// idem_finish of key with response {status, headers, body}, fence or null
-// (text: the body is UTF-8 text without NUL, response.js isText)
-export function finishStep(o, key, scope, response, text, fence) {
+// idem_finish_response of key with response {status, headers, body},
+// fence or null
+export function finishStep(o, key, scope, response, fence) {
   const { status, headers } = storedForm(response, o.storedHeaders);
   return {
     text: FINISH,
     name: named(o, 'pg_idempotency_key_finish'),
-    values: [key, String(status), JSON.stringify(headers), response.body, String(text), scope,
+    values: [key, String(status), JSON.stringify(headers), response.body, scope,
       fence == null ? null : String(fence)],
   };
 }

@@ -119,6 +119,9 @@ for (const [target, dsn] of TARGETS) {
         const bodyOf = (key) => ({ sku: key, gate: gated.includes(key) });
         const gate = await holdGate(GATE);
         const doomed = await startServer(dsn);
+        // listened for before the kill: the child may exit while the gate
+        // is released, before a listener added afterwards
+        const exited = once(doomed.child, 'exit');
         const inFlight = keys.map((key) => post(doomed.url, `/${orm}/orders`, { key, body: bodyOf(key) })
           .catch(() => null));
         try {
@@ -130,7 +133,7 @@ for (const [target, dsn] of TARGETS) {
           doomed.child.kill('SIGKILL');
           await gate.release();
         }
-        await once(doomed.child, 'exit');
+        await exited;
         await Promise.all(inFlight);
         assert.deepEqual(Object.keys(await ordersOf(gated)), [], 'the killed requests left no order');
         const again = await startServer(dsn);

@@ -23,8 +23,8 @@ from psycopg import AsyncClientCursor
 from psycopg.pq import TransactionStatus
 
 from .core import (Options, Response, RetryRequest, answer_of_error, body_too_large, check_key, claim_sql,
-                   decode_stored, encode_stored, fail_sql, failure_answer, finish_sql, fingerprint, handler_timeout,
-                   in_progress, keeps, not_claimed, response_too_large, scope_missing, sqlstate_of, transaction_ended)
+                   fail_sql, failure_answer, finish_sql, fingerprint, handler_timeout, in_progress, keeps,
+                   not_claimed, replay_of, response_too_large, scope_missing, sqlstate_of, transaction_ended)
 from .flights import TIMED_OUT, await_flight, flight_of, land, take_off
 from .guard import GuardedConnection
 
@@ -479,8 +479,8 @@ class IdempotencyMiddleware:
         if handle.unknown or not keeps(o, response.status):
             await self._release(o, handle, response.status)
             return response
-        stored = encode_stored(response, o.stored_headers)
-        sql, params = finish_sql(handle.key, handle.scope, stored, handle.fence if o.lease is not None else None)
+        sql, params = finish_sql(handle.key, handle.scope, response, o.stored_headers,
+                                 handle.fence if o.lease is not None else None)
         conn = handle._take()
         in_transaction = conn is not None
         try:
@@ -504,5 +504,5 @@ class IdempotencyMiddleware:
             return answer
         await self._putconn(conn)
         if handle.flight is not None:
-            land(handle.flight, decode_stored(stored))
+            land(handle.flight, replay_of(response, o.stored_headers))
         return response

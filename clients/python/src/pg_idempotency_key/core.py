@@ -183,9 +183,12 @@ def claim_sql(o, key, scope, fp):
     return sql + ")", params
 
 
-def finish_sql(key, scope, stored, fence=None):
-    """idem_finish of key with stored, the stored form (encode_stored)"""
-    return fenced("SELECT idem_finish(%s, %s::jsonb, scope => %s", [key, json.dumps(stored), scope], fence)
+def finish_sql(key, scope, response, stored_headers, fence=None):
+    """idem_finish_response of key with response: the server builds the
+    stored form (its "body" or "body_base64") from the body's bytes"""
+    return fenced("SELECT idem_finish_response(%s, %s, %s::jsonb, %s::bytea, scope => %s",
+                  [key, response.status, json.dumps(headers_to_store(response, stored_headers)),
+                   bytes(response.body), scope], fence)
 
 
 def fail_sql(key, scope, status, fence):
@@ -199,26 +202,26 @@ def fenced(sql, params, fence):
     return sql + ", fence => %s)", [*params, fence]
 
 
-def encode_stored(response, stored_headers):
-    """{"status", "headers", "body" (text) or "body_base64"}: jsonb would
-    reorder a JSON body's keys, so the body is kept as a string"""
+def headers_to_store(response, stored_headers):
+    """the stored form's headers: those listed, a repeated one as a list"""
     headers = {}
     for name, value in response.headers:
         if name in stored_headers and name not in NEVER_STORED:
             headers[name] = value if name not in headers else (
                 [*headers[name], value] if isinstance(headers[name], list) else [headers[name], value])
-    stored = {"status": response.status, "headers": headers}
-    try:
-        text = response.body.decode()
-        if "\x00" in text:
-            raise ValueError
-        stored["body"] = text
-    except ValueError:
-        stored["body_base64"] = base64.b64encode(response.body).decode()
-    return stored
+    return headers
 
 
-def decode_stored(result):
+def replay_of(response, stored_headers):
+    """the response a duplicate waiting in this process gets: the one
+    committed, as a replay of its record would give it"""
+    return decode_stored({"status": response.status, "headers": headers_to_store(response, stored_headers)},
+                         response.body)
+
+
+def decode_stored(result, body=None):
+    """the response a replay answers with, from the stored form {"status",
+    "headers", "body" (text) or "body_base64"} (or its body's bytes)"""
     if isinstance(result, str):  # Django's psycopg2 backend leaves jsonb as text
         result = json.loads(result)
     headers = []
@@ -227,9 +230,9 @@ def decode_stored(result):
             continue
         headers += [(name, v) for v in value] if isinstance(value, list) else [(name, value)]
     headers.append(("idempotent-replayed", "true"))
-    if "body_base64" in result:
+    if body is None and "body_base64" in result:
         body = base64.b64decode(result["body_base64"])
-    else:
+    elif body is None:
         body = (result.get("body") or "").encode()
     return Response(result.get("status", 200), headers, body)
 

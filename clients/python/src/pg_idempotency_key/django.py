@@ -26,7 +26,7 @@ from django.urls import Resolver404, resolve
 from django.utils.module_loading import import_string
 
 from .core import (Options, Response, RetryRequest, answer_of, answer_of_error, body_too_large, check_key, claim_sql,
-                   encode_stored, fail_sql, failure_answer, finish_sql, fingerprint, handler_timeout, keeps, not_claimed,
+                   fail_sql, failure_answer, finish_sql, fingerprint, handler_timeout, keeps, not_claimed,
                    response_too_large, scope_missing, sqlstate_of, transaction_ended, with_retries)
 from .transaction_control import TransactionEnded, ends_transaction
 
@@ -220,7 +220,7 @@ class IdempotencyMiddleware:
                         transaction.set_rollback(True, using=self.using)
                         return response
                     with connections[self.using].cursor() as cur:
-                        cur.execute(*finish_sql(key, scope, encode_stored(recorded, o.stored_headers)))
+                        cur.execute(*finish_sql(key, scope, recorded, o.stored_headers))
                     return response
             # not claimed: the claim's transaction is over, nothing held
             answer = not_claimed(o, outcome, result, retry_after, polls, deadline, time.monotonic())
@@ -289,7 +289,7 @@ class IdempotencyMiddleware:
                     transaction.set_rollback(True, using=self.using)
                 else:
                     with conn.cursor() as cur:
-                        cur.execute(*finish_sql(key, scope, encode_stored(recorded, o.stored_headers), fence))
+                        cur.execute(*finish_sql(key, scope, recorded, o.stored_headers, fence))
                     return response
         except DatabaseError as exc:
             if sqlstate_of(exc) in ("IK002", "IK003"):

@@ -18,7 +18,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from .asgi import TOO_LARGE, _AppRun, admit, send_answer
-from .core import (Options, Response, RetryRequest, claim_sql, encode_stored, failure_answer, finish_sql, keeps,
+from .core import (Options, Response, RetryRequest, claim_sql, failure_answer, finish_sql, keeps,
                    not_claimed, response_too_large, transaction_ended, unavailable)
 from .sqlalchemy_flow import Idempotency, SessionFlow, guard
 
@@ -149,7 +149,7 @@ class SQLAlchemyAsyncIdempotencyMiddleware:
         if handle.key is None:
             finish, commit = None, response.status < 500
         else:
-            finish = finish_sql(handle.key, handle.scope, encode_stored(response, o.stored_headers))
+            finish = finish_sql(handle.key, handle.scope, response, o.stored_headers)
             commit = keeps(o, response.status)
         if not commit:
             await self._end(conn, raw, handle)

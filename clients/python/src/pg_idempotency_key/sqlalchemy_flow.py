@@ -18,7 +18,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
-from .core import (Response, answer_of_error, claim_sql, encode_stored, failure_answer, finish_sql, keeps,
+from .core import (Response, answer_of_error, claim_sql, failure_answer, finish_sql, keeps,
                    not_claimed, response_too_large, sqlstate_of, transaction_ended, unavailable, with_retries)
 from .transaction_control import TransactionEnded, ends_transaction
 
@@ -199,8 +199,8 @@ class SessionFlow:
         if not keeps(o, response.status):
             self._end(conn, handle)
             return response
-        stored = encode_stored(response, o.stored_headers)
-        return self._commit(conn, handle, finish_sql(handle.key, handle.scope, stored), response, True)
+        return self._commit(conn, handle, finish_sql(handle.key, handle.scope, response, o.stored_headers),
+                            response, True)
 
     def _commit(self, conn, handle, finish, response, commit):
         """records the outcome (finish: (sql, params)) and commits -> what to send"""
