@@ -10,12 +10,14 @@ import {
 } from './answers.js';
 import { awaitFlight, flightOf, land, takeOff } from './flights.js';
 import { forgetStatements, pipeline } from './pipeline.js';
-import { decodeStored, replayOf } from './response.js';
+import {
+  bodyOf, bodyOfParts, decodeStored, replayOf,
+} from './response.js';
 import {
   checkout, guarded, onBroken, release,
 } from './session.js';
 import {
-  beginStep, claimStep, commitStep, fingerprintOf, finishStep,
+  beginStep, bodyPartsStep, claimStep, commitStep, fingerprintOf, finishStep,
 } from './statements.js';
 
 export { answerOf } from './answers.js';
@@ -91,9 +93,13 @@ async function claimAtServer(o, request, fingerprint, deadline, flight) {
       return { answer: ownCallAnswer(err) ?? answers.unavailable() };
     }
     let row;
+    let parts = null;
     try {
       const results = await pipeline(client, leased ? [step] : [beginStep(o), step]);
       row = results[results.length - 1][0];
+      if (row.outcome === 'replay' && row.body_in_parts === 't') {
+        [parts] = await pipeline(client, [bodyPartsStep(request.key, request.scope)]);
+      }
     } catch (err) {
       if (leased || !hasSqlstate(err) || isUnavailable(err)) release(client, err); else await rollback(client);
       if (err.code === '26000' && !reparsed) {
@@ -120,7 +126,11 @@ async function claimAtServer(o, request, fingerprint, deadline, flight) {
     }
     if (leased) release(client); else await rollback(client);
     if (row.outcome === 'replay') {
-      const replay = await decodeStored(JSON.parse(row.result), row.body, row.body_base64);
+      const body = parts ? await bodyOfParts(parts) : bodyOf(row.body, row.body_base64);
+      // the record went after the claim (expired, purged): claim again
+      if (!body && conflicts++ < o.retries) continue;
+      if (!body) return { answer: answers.unavailable() };
+      const replay = decodeStored(JSON.parse(row.result), body);
       return { answer: replay, replay };
     }
     // from pollFrom, doubling up to the server's retry_after, with jitter:

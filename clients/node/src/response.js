@@ -17,38 +17,32 @@ export function storedForm(response, storedHeaders) {
   return { status: response.status, headers };
 }
 
-// A megabyte of a large replay's body is decoded per turn of the event
-// loop, after a turn of its own: the driver has just decoded the whole
-// row, and a 20 MB body decoded at once held the loop for tens of ms more.
-const SLICE = 1024 * 1024;
-const nextTurn = () => new Promise((resolve) => { setImmediate(resolve); });
-
-// -> the bytes of a body given as base64 (else as text), written in
-// slices into one buffer
-async function bodyBytes(text, base64) {
-  const source = base64 ?? text ?? '';
-  const encoding = base64 != null ? 'base64' : 'utf8';
-  if (source.length <= SLICE) return Buffer.from(source, encoding);
-  const bytes = Buffer.allocUnsafe(Buffer.byteLength(source, encoding));
-  let written = 0;
-  for (let start = 0; start < source.length;) {
-    await nextTurn();
-    let end = Math.min(start + SLICE, source.length);
-    // a slice ends between characters: not inside a surrogate pair
-    // (text), at a multiple of 4 characters (base64; SLICE is one)
-    const code = source.charCodeAt(end - 1);
-    if (end < source.length && code >= 0xd800 && code <= 0xdbff) end -= 1;
-    written += bytes.write(source.slice(start, end), written, encoding);
-    start = end;
-  }
-  return bytes.subarray(0, written);
+// the response a replay answers with, from the stored form's status and
+// headers and its body's bytes
+export function decodeStored(result, body) {
+  const headers = { ...(result.headers || {}), 'idempotent-replayed': 'true' };
+  return { status: result.status ?? 200, headers, body };
 }
 
-// the response a replay answers with, from the stored form's status and
-// headers and its body, as text or base64 (one of them, else none)
-export async function decodeStored(result, body, bodyBase64) {
-  const headers = { ...(result.headers || {}), 'idempotent-replayed': 'true' };
-  return { status: result.status ?? 200, headers, body: await bodyBytes(body, bodyBase64) };
+// -> the bytes of a body given as text or base64 (one of them, else none)
+export function bodyOf(text, base64) {
+  return base64 != null ? Buffer.from(base64, 'base64') : Buffer.from(text ?? '', 'utf8');
+}
+
+const nextTurn = () => new Promise((resolve) => { setImmediate(resolve); });
+
+// -> the bytes of a body read in parts (rows of hex bytea and the total),
+// a part per turn of the event loop; null when they are not all there
+// (the record went between the claim and the read)
+export async function bodyOfParts(rows) {
+  if (rows.length === 0) return null;
+  const body = Buffer.allocUnsafe(Number(rows[0].bytes));
+  let written = 0;
+  for (const { part } of rows) {
+    await nextTurn();
+    written += body.write(part.slice(2), written, 'hex');
+  }
+  return written === body.length ? body : null;
 }
 
 // the response a local duplicate answers with, from the one committed

@@ -9,15 +9,27 @@
 import { createHash } from 'node:crypto';
 import { storedForm } from './response.js';
 
-// A replay's body comes in a text column of its own: a string the driver
-// decodes natively, where the whole stored form would be a large JSON
-// text for JSON.parse on the event loop.
-const CLAIM = 'SELECT outcome, result - \'body\' - \'body_base64\' AS result,'
-  + ' result ->> \'body\' AS body, result ->> \'body_base64\' AS body_base64,'
-  + ' fence, recovery_point, extract(epoch FROM retry_after)::float8 AS retry_after'
+// A replay's body comes in a column of its own (no JSON.parse of a large
+// text) when it is at most BODY_PART bytes of text; a larger one, flagged
+// by body_in_parts, is read with BODY_PARTS, a row per BODY_PART bytes, so
+// that the driver never decodes one large row on the event loop.
+export const BODY_PART = 1024 * 1024;
+const CLAIM = 'SELECT c.outcome, c.result - \'body\' - \'body_base64\' AS result,'
+  + ` CASE WHEN octet_length(t.body) <= ${BODY_PART} THEN t.body END AS body,`
+  + ` CASE WHEN octet_length(t.body_base64) <= ${BODY_PART} THEN t.body_base64 END AS body_base64,`
+  + ` octet_length(coalesce(t.body, t.body_base64)) > ${BODY_PART} AS body_in_parts,`
+  + ' c.fence, c.recovery_point, extract(epoch FROM c.retry_after)::float8 AS retry_after'
   + ' FROM idem_claim($1::text, scope => $2::text,'
   + ' fingerprint => CASE WHEN $3::jsonb IS NULL THEN $4::bytea ELSE idem_fingerprint($3::jsonb) END,'
-  + ' wait => false, ttl => make_interval(secs => $5::float8), lease => make_interval(secs => $6::float8))';
+  + ' wait => false, ttl => make_interval(secs => $5::float8), lease => make_interval(secs => $6::float8)) c,'
+  + ' LATERAL (SELECT c.result ->> \'body\' AS body, c.result ->> \'body_base64\' AS body_base64 OFFSET 0) t';
+
+// the body's bytes (bytea: hex text) in parts, with their total, from the
+// stored form; no row when the record is gone
+const BODY_PARTS = 'SELECT substr(x.b, p, $3::int) AS part, octet_length(x.b) AS bytes'
+  + ' FROM (SELECT CASE WHEN result ? \'body_base64\' THEN decode(result ->> \'body_base64\', \'base64\')'
+  + ' ELSE convert_to(result ->> \'body\', \'UTF8\') END AS b FROM idem_lookup($1::text, $2::text) OFFSET 0) x,'
+  + ' generate_series(1, octet_length(x.b), $3::int) p ORDER BY p';
 
 // the stored form {"status", "headers", "body" | "body_base64"}, built by
 // the server from the body's bytes
@@ -40,7 +52,7 @@ export function fingerprintOf(method, path, body) {
   return { json: null, hash: createHash('sha256').update(`${method} ${path}\n`).update(bytes).digest() };
 }
 
-const CLAIM_COLUMNS = ['outcome', 'result', 'body', 'body_base64', 'fence', 'recovery_point', 'retry_after'];
+const CLAIM_COLUMNS = ['outcome', 'result', 'body', 'body_base64', 'body_in_parts', 'fence', 'recovery_point', 'retry_after'];
 
 // the claim of key and scope with fingerprint and o's ttl and lease
 export function claimStep(o, key, scope, fingerprint) {
@@ -50,6 +62,11 @@ export function claimStep(o, key, scope, fingerprint) {
     values: [key, scope, fingerprint.json, fingerprint.hash, secondsOf(o.ttl), secondsOf(o.lease)],
     columns: CLAIM_COLUMNS,
   };
+}
+
+// the parts of the body of key's stored response (BODY_PARTS)
+export function bodyPartsStep(key, scope) {
+  return { text: BODY_PARTS, values: [key, scope, String(BODY_PART)], columns: ['part', 'bytes'] };
 }
 
 // idem_finish_response of key with response {status, headers, body},
