@@ -17,7 +17,7 @@ import {
   checkout, guarded, onBroken, release,
 } from './session.js';
 import {
-  beginStep, bodyPartsStep, claimStep, commitStep, fingerprintOf, finishStep,
+  beginStep, bodyPartsStep, claimStep, commitStep, fingerprintOf, finishStep, inParts,
 } from './statements.js';
 
 export { answerOf } from './answers.js';
@@ -97,7 +97,7 @@ async function claimAtServer(o, request, fingerprint, deadline, flight) {
     try {
       const results = await pipeline(client, leased ? [step] : [beginStep(o), step]);
       row = results[results.length - 1][0];
-      if (row.outcome === 'replay' && row.body_in_parts === 't') {
+      if (row.outcome === 'replay' && inParts(row)) {
         [parts] = await pipeline(client, [bodyPartsStep(request.key, request.scope)]);
       }
     } catch (err) {
