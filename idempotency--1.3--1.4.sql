@@ -172,7 +172,7 @@ AS 'MODULE_PATHNAME', 'idem_finish_response'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_finish_response(text, integer, jsonb, bytea, text, bigint) IS
-'record success with an HTTP response as the result, as idem_finish does: the stored form {"status": status, "headers": headers, "body": text} when body bytea is UTF-8 without NUL in a UTF-8 database, else "body_base64" (standard alphabet, padded, no line breaks); what the client packages store and replay. Fence as for idem_finish. Returns void. Errors: IK002, IK003 as for idem_finish, 22004 NULL key, status, headers, body or scope, 22023 status outside 100-999 or headers not a JSON object, 54000 a body too large for a jsonb string (over 256 MiB; as base64, bytes over 192 MiB), 25006 read-only transaction or standby';
+'record success with an HTTP response as the result, as idem_finish does: the stored form {"status": status, "headers": headers, "body": text} when body bytea is UTF-8 without NUL in a UTF-8 database, else "body_base64" (standard alphabet, padded, no line breaks); what the client packages store and replay. Fence as for idem_finish. Returns void. Errors: IK002, IK003 as for idem_finish, 22004 NULL key, status, headers, body or scope, 22023 status outside 100-999, or headers a replay cannot send (not a JSON object of token names and values that are strings or arrays of strings without CR or LF), 54000 a body too large for a jsonb string (over 256 MiB; as base64, bytes over 192 MiB), 25006 read-only transaction or standby';
 
 -------------------------------------------------------------------------------
 -- idempotent_record.result: lz4 compression where the server has it

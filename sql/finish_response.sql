@@ -76,7 +76,9 @@ SELECT status, result FROM idem_lookup('order-2');
 SELECT pg_temp.try($$SELECT idem_finish_response('order-2', 200, '{}', '\x01', fence => 1)$$) AS second_outcome;
 
 -- bad input: 22004 for a NULL, 22023 for a status that is not three
--- digits or headers that are not an object; nothing is recorded
+-- digits or headers a replay could not send (not an object, a name that
+-- is not a token, a value that is not a string or an array of strings,
+-- CR or LF in a value); nothing is recorded
 SELECT call, pg_temp.try('SELECT idem_claim(''bad''); ' || call) AS answer FROM (VALUES
   ($$SELECT idem_finish_response(NULL, 201, '{}', '\x01')$$),
   ($$SELECT idem_finish_response('bad', NULL, '{}', '\x01')$$),
@@ -89,6 +91,17 @@ SELECT call, pg_temp.try('SELECT idem_claim(''bad''); ' || call) AS answer FROM 
   ($$SELECT idem_finish_response('bad', 201, '[]', '\x01')$$),
   ($$SELECT idem_finish_response('bad', 201, '"text/plain"', '\x01')$$),
   ($$SELECT idem_finish_response('bad', 201, 'null', '\x01')$$),
+  ($$SELECT idem_finish_response('bad', 201, '{"x-split": "a\r\nset-cookie: stolen"}', '\x01')$$),
+  ($$SELECT idem_finish_response('bad', 201, '{"x-lf": ["ok", "a\nb"]}', '\x01')$$),
+  ($$SELECT idem_finish_response('bad', 201, '{"x-object": {"a": "b"}}', '\x01')$$),
+  ($$SELECT idem_finish_response('bad', 201, '{"x-number": 5}', '\x01')$$),
+  ($$SELECT idem_finish_response('bad', 201, '{"x-null": null}', '\x01')$$),
+  ($$SELECT idem_finish_response('bad', 201, '{"x-nested": [["a"]]}', '\x01')$$),
+  ($$SELECT idem_finish_response('bad', 201, '{"x-mixed": ["a", 1]}', '\x01')$$),
+  ($$SELECT idem_finish_response('bad', 201, '{"bad name": "v"}', '\x01')$$),
+  ($$SELECT idem_finish_response('bad', 201, '{"": "v"}', '\x01')$$),
+  ($$SELECT idem_finish_response('bad', 201, '{"x-ok": "v", "x:colon": "v"}', '\x01')$$),
+  ($$SELECT idem_finish_response('bad', 201, '{"link": ["<a>", "<b>"], "X-Token_1.~": "tab\there é"}', '\x01')$$),
   ($$SELECT idem_finish_response('bad', 100, '{}', '\x01')$$),
   ($$SELECT idem_finish_response('bad', 999, '{}', '\x01')$$)) AS c(call);
 SELECT count(*) AS recorded FROM idempotent_record WHERE key = 'bad';

@@ -254,8 +254,8 @@ idem_finish(PG_FUNCTION_ARGS)
  *	  idem_finish with the stored form of an HTTP response as the result,
  *	  built from the body's bytes (stored_response.c): what the client
  *	  packages record.  Errors as for idem_finish, and 22004 NULL status,
- *	  headers or body, 22023 status outside 100-999 or headers not an
- *	  object.
+ *	  headers or body, 22023 status outside 100-999 or headers a replay
+ *	  cannot send.
  */
 PG_FUNCTION_INFO_V1(idem_finish_response);
 Datum

@@ -17,6 +17,8 @@
 #include "mb/pg_wchar.h"
 #include "utils/numeric.h"
 
+#include "idempotency.h"
+#include "message_text.h"
 #include "stored_response.h"
 
 /* push key, then value (pushed as given: a string, a number, an object) */
@@ -32,13 +34,87 @@ push_member(JsonbParseState **state, const char *key, JsonbValue *value)
 	pushJsonbValue(state, WJB_VALUE, value);
 }
 
+/* is c a character of an HTTP token (RFC 9110 tchar)? */
+static bool
+is_token_char(char c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+		(c >= 'A' && c <= 'Z') || strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+pg_noreturn static void
+unreplayable_header(const char *name, int len)
+{
+	ereport(ERROR,
+			errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			errmsg("header \"%s\" cannot be replayed", idem_message_value(pnstrdup(name, len))),
+			errdetail("A header's name is a token and its value a string, or an array of strings, without CR or LF."),
+			errhint("Store the headers as the response carried them, for example '{\"content-type\": \"application/json\", \"link\": [\"<a>\", \"<b>\"]}'."));
+}
+
+/*
+ * 22023 unless headers is an object of names (tokens) and values (strings,
+ * or arrays of strings, without CR or LF): what a replay can send again.
+ */
+static void
+check_headers(Jsonb *headers)
+{
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken token;
+	const char *name = "";
+	int			name_len = 0;
+	int			depth = 0;
+
+	if (!JB_ROOT_IS_OBJECT(headers))
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("headers must be a JSON object"),
+				errhint("Pass the headers to replay as an object of name and value, for example '{\"content-type\": \"application/json\"}'."));
+	it = JsonbIteratorInit(&headers->root);
+	while ((token = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
+	{
+		switch (token)
+		{
+			case WJB_BEGIN_OBJECT:
+			case WJB_BEGIN_ARRAY:
+				/* the headers object, then a name's array of values */
+				if (++depth > 2 || (depth == 2 && token == WJB_BEGIN_OBJECT))
+					unreplayable_header(name, name_len);
+				break;
+			case WJB_END_OBJECT:
+			case WJB_END_ARRAY:
+				depth--;
+				break;
+			case WJB_KEY:
+				name = v.val.string.val;
+				name_len = v.val.string.len;
+				if (name_len == 0)
+					unreplayable_header(name, name_len);
+				for (int i = 0; i < name_len; i++)
+					if (!is_token_char(name[i]))
+						unreplayable_header(name, name_len);
+				break;
+			case WJB_VALUE:
+			case WJB_ELEM:
+				if (v.type != jbvString ||
+					memchr(v.val.string.val, '\r', v.val.string.len) != NULL ||
+					memchr(v.val.string.val, '\n', v.val.string.len) != NULL)
+					unreplayable_header(name, name_len);
+				break;
+			case WJB_DONE:
+				break;
+		}
+	}
+}
+
 /*
  * The stored form of a response with status, headers (a JSON object, kept
  * as given) and body.  The body is kept as "body" when it is UTF-8 without
  * NUL in a UTF-8 database (a jsonb string holds the same characters), else
  * as "body_base64" (standard alphabet, padded, no line breaks): either way a
  * replay gives back the same bytes.  22023 for a status outside 100-999 or
- * headers that are not an object.
+ * headers a replay cannot send (check_headers).
  */
 Jsonb *
 idem_stored_response(int32 status, Jsonb *headers, bytea *body)
@@ -53,11 +129,7 @@ idem_stored_response(int32 status, Jsonb *headers, bytea *body)
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				errmsg("HTTP status %d is out of range", status),
 				errhint("Pass the response's three-digit status code, 100 to 999."));
-	if (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers))
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("headers must be a JSON object"),
-				errhint("Pass the headers to replay as an object of name and value, for example '{\"content-type\": \"application/json\"}'."));
+	check_headers(headers);
 
 	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
 

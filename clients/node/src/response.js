@@ -31,7 +31,7 @@ export function bodyOf(text, base64) {
 
 const nextTurn = () => new Promise((resolve) => { setImmediate(resolve); });
 
-// -> the bytes of a body read in parts (rows of hex bytea and the total),
+// -> the bytes of a body read in parts (rows of hex and the total),
 // a part per turn of the event loop; null when they are not all there
 // (the record went between the claim and the read)
 export async function bodyOfParts(rows) {
@@ -40,7 +40,7 @@ export async function bodyOfParts(rows) {
   let written = 0;
   for (const { part } of rows) {
     await nextTurn();
-    written += body.write(part.slice(2), written, 'hex');
+    written += body.write(part, written, 'hex');
   }
   return written === body.length ? body : null;
 }

@@ -27,9 +27,9 @@ const CLAIM = 'SELECT outcome, result - \'body\' - \'body_base64\' AS result,'
 // may have been cut (its UTF-16 length counts a character at least once)
 export const inParts = (row) => (row.body ?? row.body_base64 ?? '').length > BODY_PART;
 
-// the body's bytes (bytea: hex text) in parts, with their total, from the
-// stored form; no row when the record is gone
-const BODY_PARTS = 'SELECT substr(x.b, p, $3::int) AS part, octet_length(x.b) AS bytes'
+// the body's bytes in parts (hex, whatever the session's bytea_output),
+// with their total, from the stored form; no row when the record is gone
+const BODY_PARTS = 'SELECT encode(substr(x.b, p, $3::int), \'hex\') AS part, octet_length(x.b) AS bytes'
   + ' FROM (SELECT CASE WHEN result ? \'body_base64\' THEN decode(result ->> \'body_base64\', \'base64\')'
   + ' ELSE convert_to(result ->> \'body\', \'UTF8\') END AS b FROM idem_lookup($1::text, $2::text) OFFSET 0) x,'
   + ' generate_series(1, octet_length(x.b), $3::int) p ORDER BY p';

@@ -108,7 +108,9 @@ for (const framework of FRAMEWORKS) {
     const writes = [];
     const statements = [];
     before(async () => {
-      pool = new pg.Pool({ connectionString: DIRECT, max: 4 });
+      // bytea_output = escape: nothing the package reads may depend on the
+      // session's bytea format (a large replay's parts)
+      pool = new pg.Pool({ connectionString: DIRECT, max: 4, options: '-c bytea_output=escape' });
       app = await listen(framework, { pool: spyPool(pool, texts, writes, statements) });
     });
     after(async () => {
@@ -331,12 +333,12 @@ for (const framework of FRAMEWORKS) {
 }
 
 describe('the body of a large replay, read in parts', () => {
-  test('parts of hex bytea join into the body; missing or short parts are refused', async () => {
+  test('parts in hex join into the body; missing or short parts are refused', async () => {
     const bytes = Buffer.alloc(3 * 1024 * 1024 + 7);
     for (let i = 0; i < bytes.length; i += 1) bytes[i] = (i * 131 + (i >> 9)) & 255;
     const rows = [];
     for (let at = 0; at < bytes.length; at += 1024 * 1024) {
-      rows.push({ part: `\\x${bytes.subarray(at, at + 1024 * 1024).toString('hex')}`, bytes: String(bytes.length) });
+      rows.push({ part: bytes.subarray(at, at + 1024 * 1024).toString('hex'), bytes: String(bytes.length) });
     }
     assert.ok((await bodyOfParts(rows)).equals(bytes), 'four parts, the last short');
     assert.equal(await bodyOfParts([]), null, 'no row: the record went');
