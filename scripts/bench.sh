@@ -13,7 +13,7 @@
 #                         [--records N,N...] [--b6-records N] [--replay-keys N]
 #                         [--purge-rows N] [--protocol prepared|extended]
 #                         [--part all|base|http|sizes|server|outbox]
-#                         [--outbox-messages N]
+#                         [--outbox-messages N] [--warmup S]
 #   make bench BENCH_ARGS="--runs 5 --duration 20"
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +26,7 @@ HOT_KEYS=16          # B3 keys per 50 ms time slot
 THREADS=2            # pgbench worker threads (-j), redis-benchmark --threads
 DURATION=8           # seconds per pgbench run (-T)
 RUNS=3               # runs of every row; the table shows medians
+WARMUP=8             # B9: seconds of new keys each app serves before it is measured
 SIZES=100000,10000000  # size axis: records already in both tables (B1, B2, B5, B6)
 B6_RECORDS=200000    # B6 records made or inserted per table
 REPLAY_KEYS=10000    # B2 finished keys (base part)
@@ -52,6 +53,7 @@ while [ $# -gt 0 ]; do
         --purge-rows) PURGE_ROWS=$2 ;;
         --protocol) PROTOCOL=$2 ;;
         --outbox-messages) OUTBOX_MESSAGES=$2 ;;
+        --warmup) WARMUP=$2 ;;
         *) usage ;;
     esac
     [ $# -ge 2 ] || usage
@@ -60,7 +62,7 @@ done
 # simple is not offered: pgbench pastes variables into the SQL text there,
 # and the scripts pass text values (run tags, keys) as parameters
 [[ $PROTOCOL =~ ^(prepared|extended)$ ]] || { say "--protocol must be prepared or extended"; usage; }
-for v in CLIENTS HOT_CLIENTS HOT_KEYS THREADS DURATION RUNS B6_RECORDS REPLAY_KEYS PURGE_ROWS OUTBOX_MESSAGES; do
+for v in CLIENTS HOT_CLIENTS HOT_KEYS THREADS DURATION RUNS B6_RECORDS REPLAY_KEYS PURGE_ROWS OUTBOX_MESSAGES WARMUP; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { say "$v must be a positive integer"; usage; }
 done
 [[ $SIZES =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { say "--records must be positive integers separated by commas"; usage; }
@@ -599,9 +601,9 @@ b9_app_start() {  # VARIANT: the app on B9_PORT, its pid file registered
     done
     say "B9: the $1 app did not start"; cat "$WORK/b9-app.log" >&2; return 1
 }
-b9_wrk() {  # NAME COPIES: requests/s into R[NAME.run], duplicate rows into R[NAME_dup.run]
+b9_wrk() {  # NAME COPIES [SECONDS]: requests/s into R[NAME.run], duplicate rows into R[NAME_dup.run]
     local tag="r$run-$1" out rps
-    out=$(WRK_TAG=$tag WRK_COPIES=$2 wrk -t"$THREADS" -c50 -d"${DURATION}s" -s bench/http/storm.lua \
+    out=$(WRK_TAG=$tag WRK_COPIES=$2 wrk -t"$THREADS" -c50 -d"${3:-$DURATION}s" -s bench/http/storm.lua \
           "http://127.0.0.1:$B9_PORT" 2>&1)
     rps=$(sed -n 's/^Requests\/sec: *\([0-9.]*\).*/\1/p' <<<"$out")
     [[ $rps =~ ^[0-9.]+$ ]] || { say "B9: wrk failed for $1"; echo "$out" >&2; FAILED_ROWS+=("$1"); return 1; }
@@ -631,6 +633,10 @@ bench_http_middlewares() {
     for run in $(seq "$RUNS"); do
         for v in "${B9_VARIANTS[@]}" python package-wait "${B9_ORMS[@]}" "${B9_REFERENCES[@]}"; do
             b9_app_start "$v" || { FAILED_ROWS+=("b9_$v"); continue; }
+            # measured warm: a process's first seconds run its code cold
+            # (V8 compiles it as it goes, each pooled connection parses its
+            # statements and fills its caches); those seconds are kept apart
+            b9_wrk "b9_${v}_cold" 1 "$WARMUP"
             [ "$v" = package-wait ] || b9_wrk "b9_${v}_new" 1
             [[ " ${B9_REFERENCES[*]} " = *" $v "* ]] || b9_wrk "b9_${v}_storm" 5
             server_stop "$WORK/b9-app.pid"
@@ -853,6 +859,14 @@ done
 }
 
 # --- B9 table ------------------------------------------------------------
+# b9_runs A B: A / B in each run, for the per-run figures after a median
+b9_runs() {
+    local r
+    for r in $(seq "$RUNS"); do
+        [ -n "${R[$1.$r]:-}" ] && [ -n "${R[$2.$r]:-}" ] &&
+            printf '%s ' "$(fmt "$(awk -v a="${R[$1.$r]}" -v b="${R[$2.$r]}" 'BEGIN {print a / b}')" 2)"
+    done
+}
 b9_row() { printf '| %-34s | %16s | %16s | %16s | %16s |\n' "$@"; }
 b9_field() { sed -n "s/.* $2=\([0-9]*\).*/\1/p; s/^$2=\([0-9]*\).*/\1/p" <<<"${B9_FAULT[$1]:-}"; }
 # b9_vs_redis NAME: median over runs of NAME's new keys against the faster
@@ -909,8 +923,7 @@ echo "clients/node against the faster Redis variant on new keys: $(fmt "$(b9_vs_
      "storm with duplicates waiting (waitFor 10 s) against 409 at once: $(fmt "$(ratio b9_package-wait_storm b9_package_storm)" 2)x (target >= 0.8)."
 echo "clients/python (ASGI: Starlette under uvicorn, uvloop, httptools, psycopg pool of 10, run after clients/node): new keys" \
      "$(fmt "$(med b9_python_new)") requests/s, $(fmt "$(ratio b9_python_new b9_package_new)" 2)x clients/node (target >= 0.9;" \
-     "per run: $(for r in $(seq "$RUNS"); do [ -n "${R[b9_python_new.$r]:-}" ] && [ -n "${R[b9_package_new.$r]:-}" ] &&
-        printf '%s ' "$(fmt "$(awk -v a="${R[b9_python_new.$r]}" -v b="${R[b9_package_new.$r]}" 'BEGIN {print a / b}')" 2)"; done));" \
+     "per run: $(b9_runs b9_python_new b9_package_new));" \
      "storm (5 copies) $(fmt "$(med b9_python_storm)") requests/s ($(fmt "$(ratio b9_python_storm b9_package_storm)" 2)x)," \
      "duplicate rows (all runs) $(total b9_python_storm_dup); kill -9: 2+ rows / no 2xx / 409" \
      "$(b9_field kill.python duplicated) / $(b9_field kill.python unanswered) / $(b9_field kill.python stuck)" \
@@ -927,8 +940,16 @@ echo "References, new keys, on one pooled connection in three round trips as cli
      "work $(fmt "$(med b9_round-trips_new)") requests/s ($(fmt "$(b9_vs_redis round-trips)" 2)x the faster Redis variant)," \
      "with a hand-written record (INSERT ... ON CONFLICT DO NOTHING, UPDATE with the response)" \
      "$(fmt "$(med b9_hand-record_new)") ($(fmt "$(b9_vs_redis hand-record)" 2)x); clients/node" \
-     "$(fmt "$(ratio b9_package_new b9_hand-record_new)" 2)x the hand-written record," \
-     "$(fmt "$(ratio b9_package_new b9_round-trips_new)" 2)x the round trips (targets >= 1.0 and >= 0.85)."
+     "$(fmt "$(ratio b9_package_new b9_hand-record_new)" 2)x the hand-written record (per run: $(b9_runs b9_package_new b9_hand-record_new))," \
+     "$(fmt "$(ratio b9_package_new b9_round-trips_new)" 2)x the round trips ($(b9_runs b9_package_new b9_round-trips_new))" \
+     "(targets >= 1.0 and >= 0.85); the hand-written record itself $(fmt "$(ratio b9_hand-record_new b9_round-trips_new)" 2)x" \
+     "the round trips ($(b9_runs b9_hand-record_new b9_round-trips_new)): what a durable record in this transaction costs."
+echo "Cold: every app above served ${WARMUP} s of new keys right after its start before it was measured (V8 compiles" \
+     "a process's code as it runs it, each pooled connection parses its statements and fills its caches); over those" \
+     "first seconds (medians): clients/node $(fmt "$(med b9_package_cold)") requests/s, the hand-written record" \
+     "$(fmt "$(med b9_hand-record_cold)") ($(fmt "$(ratio b9_package_cold b9_hand-record_cold)" 2)x), the round trips" \
+     "$(fmt "$(med b9_round-trips_cold)") ($(fmt "$(ratio b9_package_cold b9_round-trips_cold)" 2)x), clients/python" \
+     "$(fmt "$(med b9_python_cold)") ($(fmt "$(ratio b9_python_cold b9_package_cold)" 2)x clients/node)."
 echo "A large response (bench/http/large.js, 20 MB, one request at a time, $RUNS rounds): seconds to the last byte" \
      "and the app's longest event-loop block in ms (medians; largest block): the transfer alone (none), node-postgres" \
      "sending it as one bytea parameter of an INSERT (floor), clients/node storing it (package), and its replay."
