@@ -34,12 +34,12 @@ push_member(JsonbParseState **state, const char *key, JsonbValue *value)
 	pushJsonbValue(state, WJB_VALUE, value);
 }
 
-/* is c a character of an HTTP token (RFC 9110 tchar)? */
+/* is c a character of an HTTP token (RFC 9110 tchar)? (not NUL, which strchr finds) */
 static bool
 is_token_char(char c)
 {
 	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
-		(c >= 'A' && c <= 'Z') || strchr("!#$%&'*+-.^_`|~", c) != NULL;
+		(c >= 'A' && c <= 'Z') || (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
 }
 
 pg_noreturn static void

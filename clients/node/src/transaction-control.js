@@ -3,7 +3,7 @@
 // ABORT, PREPARE TRANSACTION): the first keyword of every statement,
 // skipping comments, quoted strings, quoted identifiers and dollar quotes.
 // Text without a ';' is one statement: only its start is read.
-const CONTROL = /^(?:BEGIN|START\s+TRANSACTION|COMMIT|END|ABORT|PREPARE\s+TRANSACTION|ROLLBACK(?!\s+(?:AND\s+NO\s+CHAIN\s+)?TO\b))\b/i;
+const CONTROL = /(?:BEGIN|START\s+TRANSACTION|COMMIT|END|ABORT|PREPARE\s+TRANSACTION|ROLLBACK(?!\s+(?:AND\s+NO\s+CHAIN\s+)?TO\b))\b/iy;
 const DOLLAR_TAG = /\$(?:[A-Za-z_\u0080-\uffff][A-Za-z0-9_\u0080-\uffff]*)?\$/y;
 
 // -> index of the first character of the statement at i (white space and
@@ -56,15 +56,22 @@ function skipQuoted(text, i, q, backslashes) {
   }
 }
 
+// is the statement starting at i transaction control? (the whole text is
+// matched from i: white space between the words may be of any length)
+function isControl(text, i) {
+  CONTROL.lastIndex = i;
+  return CONTROL.test(text);
+}
+
 export function endsTransaction(text) {
   let i = statementStart(text, 0);
-  if (CONTROL.test(text.slice(i, i + 40))) return true;
+  if (isControl(text, i)) return true;
   if (!text.includes(';')) return false;
   while (i < text.length) {
     const c = text[i];
     if (c === ';') {
       i = statementStart(text, i + 1);
-      if (CONTROL.test(text.slice(i, i + 40))) return true;
+      if (isControl(text, i)) return true;
     } else if (c === '\'') {
       const e = text[i - 1];
       i = skipQuoted(text, i, '\'', (e === 'E' || e === 'e') && !/[A-Za-z0-9_]/.test(text[i - 2] ?? ''));

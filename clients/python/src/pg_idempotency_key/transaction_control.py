@@ -75,7 +75,9 @@ def _skip_quoted(text, i, quote, backslashes):
 
 
 def _is_control(text, i):
-    return _CONTROL.match(text[i:i + 40]) is not None
+    """is the statement starting at i transaction control? (white space
+    between the words may be of any length)"""
+    return _CONTROL.match(text, i) is not None
 
 
 def _word_character_at(text, i):
