@@ -58,7 +58,17 @@ export function ownCallAnswer(err) {
   return answerOf(err);
 }
 
+// The answer of an error of the outcome's statement (idem_finish_response,
+// COMMIT): as ownCallAnswer, except that a value refused there (22004,
+// 22023, 22008) is the response's, a status or header a replay could not
+// send, not the key's: passed on (null), as any error without an answer.
+export function outcomeAnswer(err) {
+  return hasSqlstate(err) && REFUSED_VALUE.has(err.code) ? null : ownCallAnswer(err);
+}
+
 export const RETRYABLE = new Set(['40001', '40P01']);
+// a value the extension refused: at the claim, the key, scope or an interval
+const REFUSED_VALUE = new Set(['22023', '22004', '22008']);
 
 // The HTTP answer of a SQLSTATE, or null (passed to the framework's error
 // handling).
@@ -80,9 +90,7 @@ export function answerOf(err) {
     case '40001': case '40P01':
       return problem(503, 'retry', 'Transaction conflict',
         'The transaction was rolled back by a serialization failure or deadlock; retry the request.', retryAfter1);
-    case '22023': case '22004': case '22008':
-      return answers.keyInvalid(err.message);
     default:
-      return null;
+      return REFUSED_VALUE.has(err && err.code) ? answers.keyInvalid(err.message) : null;
   }
 }

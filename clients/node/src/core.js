@@ -6,7 +6,7 @@
 // through session.js; the answers are in answers.js; the requests of this
 // process in flight in flights.js.
 import {
-  RETRYABLE, answerOf, answers, isUnavailable, ownCallAnswer,
+  RETRYABLE, answerOf, answers, isUnavailable, outcomeAnswer, ownCallAnswer,
 } from './answers.js';
 import { awaitFlight, flightOf, land, takeOff } from './flights.js';
 import { forgetStatements, pipeline } from './pipeline.js';
@@ -326,7 +326,7 @@ async function completeOnce(state, response, committed) {
     }
     if (leased && !['IK002', 'IK003'].includes(err.code)) await releaseKey(state, 500).catch(() => {});
     if (RETRYABLE.has(err.code)) return retryOr(state, err);
-    const answer = ownCallAnswer(err);
+    const answer = outcomeAnswer(err);
     if (answer) return answer;
     throw err;
   }

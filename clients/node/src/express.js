@@ -52,12 +52,18 @@ function send(res, response, own = false) {
   }
 }
 
+// the response's methods as they were before capture(): what is written
+// from now on goes out as written
+function uncapture(res) {
+  Object.assign(res, res[kOriginal]);
+  delete res[kOriginal];
+}
+
 // Runs the request again through the app after a serialization failure or
 // deadlock: nothing was sent, the response is reset to what it was when
 // the middleware first saw it, and the body parsers skip the parsed body.
 function redispatch(req, res, attempt) {
-  Object.assign(res, res[kOriginal]);
-  delete res[kOriginal];
+  uncapture(res);
   req[kAttempt] = attempt;
   for (const name of res.getHeaderNames()) res.removeHeader(name);
   for (const [name, value] of Object.entries(req[kEntryHeaders])) res.setHeader(name, value);
@@ -136,7 +142,14 @@ function capture(res, { finalize, onError, retry, limit, warn }) {
         send(res, answer, answer === response);
         if (done) res.once('finish', done);
       }
-    }, onError);
+    }).catch((err) => {
+      // an error the package has no answer for (its outcome could not be
+      // recorded; nothing is committed), or one of sending the answer
+      // (Node refuses a status outside 100-999): the app's error handler
+      // answers it, through the response's own methods
+      uncapture(res);
+      onError(err);
+    });
     return res;
   };
 }

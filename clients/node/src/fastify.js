@@ -215,7 +215,13 @@ export async function idempotencyHooks(fastify) {
     const state = request[kState];
     request[kAnswered] = true;
     if (!state || state.done) return done(null, payload);
-    outcome(request, reply, payload, state).then((body) => done(null, body), done);
+    outcome(request, reply, payload, state).then((body) => done(null, body), (err) => {
+      // an error the package has no answer for (the outcome could not be
+      // recorded; nothing is committed): the error handler's send is the
+      // answer, not a second one
+      request[kAnswered] = false;
+      done(err);
+    });
     return undefined;
   });
 

@@ -23,7 +23,7 @@ import {
 import { resolveOptions, routeOptions } from './options.js';
 
 const {
-  Global, Inject, Injectable, Module, SetMetadata, UseInterceptors, applyDecorators,
+  Global, Inject, Injectable, Logger, Module, SetMetadata, UseInterceptors, applyDecorators,
 } = common;
 const { HttpAdapterHost, Reflector } = core;
 
@@ -38,12 +38,37 @@ const storage = new AsyncLocalStorage();
 // every method: a decorated route is handled whatever its method
 const EVERY_METHOD = METHODS;
 
+// An error of the outcome (nothing committed) comes after Nest's pipeline
+// for the request is over: it is answered and logged as Nest's own
+// exception handler does an unknown error.
+const exceptionsLogger = new Logger('ExceptionsHandler');
+function answerLate(res, err) {
+  exceptionsLogger.error(err.message, err.stack);
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const body = JSON.stringify({ statusCode: 500, message: 'Internal server error' });
+  for (const name of res.getHeaderNames()) res.removeHeader(name);
+  res.writeHead(500, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body) });
+  res.end(body);
+}
+
 // Runs the Express middleware: -> true when it passed the request on (the
 // handler is to run), false when it answered (a replay, 409, a problem);
-// rejects with what it passed to next(err).
+// rejects with what it passed to next(err) before that, answerLate() after.
 function enter(middleware, req, res) {
   return new Promise((resolve, reject) => {
-    const done = middleware(req, res, (err) => (err ? reject(err) : resolve(true)));
+    let entered = false;
+    const next = (err) => {
+      if (entered) {
+        if (err) answerLate(res, err);
+        return;
+      }
+      entered = true;
+      if (err) reject(err); else resolve(true);
+    };
+    const done = middleware(req, res, next);
     Promise.resolve(done).then(() => resolve(false), reject);
   });
 }

@@ -129,6 +129,12 @@ const handlers = {
       etag: '"v1"', 'x-internal': 'not stored',
     }, 'é'.repeat(Math.floor(Number(query.bytes ?? 2) / 2)));
   },
+  // answers with ?status= (Express 4 sends any number to Node; the other
+  // frameworks refuse one outside 100-999 in the handler)
+  async status(idem, body, tenant, reply, query) {
+    await placeOrder(await idem.begin(), idem.key, body, tenant);
+    reply(Number(query.status), { 'content-type': 'application/json' }, '{}');
+  },
   // leased: never answers (until the test releases it through held);
   // a retry that took the key over answers at once
   async hang(idem, body, tenant, reply) {
@@ -178,6 +184,7 @@ export const ROUTES = [
   ['/orders/end-transaction', 'endTransaction', {}],
   ['/orders/big', 'big', {}],
   ['/orders/too-big', 'big', { maxResponseBytes: 1000 }],
+  ['/orders/status', 'status', {}],
   ['/orders/hang', 'hang', { lease: 60000, handlerTimeout: 300 }],
 ];
 

@@ -17,6 +17,12 @@ import { expressIdempotency, fastifyIdempotency } from '../src/index.js';
 import { bodyOfParts } from '../src/response.js';
 
 await setupDatabase();
+// the outcome of a key named outcome-refused-... fails with an error the
+// package has no answer for (23514)
+await sql(`DO $$ BEGIN
+  ALTER TABLE idempotent_record ADD CONSTRAINT test_outcome_refused
+    CHECK (key NOT LIKE 'outcome-refused-%' OR status = 'in_progress');
+EXCEPTION WHEN duplicate_object THEN NULL; END $$`);
 
 const record = async (key) => (await sql('SELECT status, fence FROM idempotent_record WHERE key = $1', [key]))[0];
 const k = (label) => uniqueKey(label.replace(/[^\w.-]+/g, '-'));
@@ -279,6 +285,27 @@ for (const framework of FRAMEWORKS) {
       await assertNothingKept(key, 'too large');
       assert.equal((await post(app.url, '/orders/too-big?bytes=400', { key, body: {} })).status, 201, 'the key is free');
     });
+
+    test('an error without an answer at the outcome (23514): the framework\'s 500, nothing kept, the key free', async () => {
+      const key = k(`outcome-refused-${framework}`);
+      for (const attempt of ['first', 'retry']) {
+        const r = await post(app.url, '/orders', { key, body: { sku: 'x' } });
+        assert.equal(r.status, 500, attempt);
+        assert.notEqual(r.headers['content-type'], 'application/problem+json', attempt);
+        await assertNothingKept(key, attempt);
+      }
+    });
+
+    for (const status of [99, 1000]) {
+      test(`a response status outside 100-999 (${status}): the framework's 500, nothing kept; the process lives`, async () => {
+        const key = k(`${framework}-status-${status}`);
+        const r = await post(app.url, `/orders/status?status=${status}`, { key, body: {} });
+        assert.equal(r.status, 500);
+        assert.notEqual(r.headers['content-type'], 'application/problem+json');
+        await assertNothingKept(key, `status ${status}`);
+        assert.equal((await post(app.url, '/orders', { key: k('after-status'), body: {} })).status, 201);
+      });
+    }
 
     test('stored headers are an allowlist: Set-Cookie and others are not replayed', async () => {
       const key = k(`${framework}-headers`);

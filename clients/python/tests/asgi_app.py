@@ -230,6 +230,14 @@ async def large(request):
     return Response(b"x" * 2000, 200, media_type="application/octet-stream")
 
 
+async def answer_as(request):
+    """answers with the body's "status" and "headers", as they are"""
+    idem = request.state.idempotency
+    body = json.loads(await request.body())
+    await place_order(await idem.begin(), idem.key, {}, tenant_of(request))
+    return Response(b"{}", body["status"], body.get("headers", {}), media_type="application/json")
+
+
 async def pool_requests(request):
     """connections asked of the pool so far (psycopg_pool's requests_num)"""
     return Response(str(pool.get_stats().get("requests_num", 0)), 200, media_type="text/plain")
@@ -259,6 +267,7 @@ ROUTES = {
     "/orders/conflict": conflict, "/orders/conflict-at-commit": conflict, "/orders/leased": leased, "/binary": binary,
     "/orders/hang": hang, "/orders/background": with_background_task, "/orders/end-transaction": end_transaction,
     "/orders/raise": raise_sqlstate, "/orders/cookie": cookie, "/orders/small": order, "/orders/large": large,
+    "/orders/answer-as": answer_as,
 }
 app = Starlette(routes=[Route(p, f, methods=["POST"]) for p, f in ROUTES.items()]
                + [Route("/pool-requests", pool_requests, methods=["GET"]),

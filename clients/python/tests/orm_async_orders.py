@@ -87,6 +87,12 @@ async def use_stashed(session, key, tenant, body):
     return 201, {}, "{}"
 
 
+async def answer_as(session, key, tenant, body):
+    await place(session, key, tenant, {})
+    return body["status"], body.get("headers", {}), "{}"
+
+
 ROUTES = {"/orders": order, "/orders/throw": throw, "/orders/rollback": rollback, "/orders/commit-sql": commit_sql,
           "/orders/savepoint": savepoint, "/orders/conflict": conflict,
-          "/orders/raise": raise_sqlstate, "/orders/stash": stash, "/orders/use-stashed": use_stashed}
+          "/orders/raise": raise_sqlstate, "/orders/stash": stash, "/orders/use-stashed": use_stashed,
+          "/orders/answer-as": answer_as}

@@ -107,9 +107,17 @@ def use_stashed(session, key, tenant, body):
     return 201, {}, "{}"
 
 
+def answer_as(session, key, tenant, body):
+    """answers with the body's "status" and "headers" (Werkzeug refuses CR
+    or LF in a header value: the view fails)"""
+    place(session, key, tenant, {})
+    return body["status"], body.get("headers", {}), "{}"
+
+
 # /orders/wait, /orders/small and /orders/optional place an order as /orders does
 ROUTE_OPTIONS = {"/orders/wait": {"wait_for": 300}, "/orders/small": {"max_body_bytes": 64, "max_response_bytes": 64},
                  "/orders/optional": {"required": False}}
 ROUTES = {"/orders": order, "/orders/throw": throw, "/orders/rollback": rollback, "/orders/commit-sql": commit_sql,
           "/orders/savepoint": savepoint, "/orders/conflict": conflict,
-          "/orders/raise": raise_sqlstate, "/orders/stash": stash, "/orders/use-stashed": use_stashed}
+          "/orders/raise": raise_sqlstate, "/orders/stash": stash, "/orders/use-stashed": use_stashed,
+          "/orders/answer-as": answer_as}

@@ -130,6 +130,17 @@ def test_a_database_error_in_the_handler(orm_app, sqlstate, status, kind):
     assert orders_of([key]) == {} and record(key) is None
 
 
+@pytest.mark.parametrize("answer", [{"status": 99}, {"status": 201, "headers": {"location": "/o/1\r\nx-injected: yes"}}],
+                         ids=["status-99", "location-crlf"])
+def test_a_response_that_cannot_be_replayed_is_the_frameworks_500(orm_app, answer):
+    """refused by idem_finish_response (22023: the response's, not the
+    key's) or by the framework before it; nothing committed"""
+    key = unique_key("orm-unsendable")
+    status, headers, body = post(orm_app, "/orders/answer-as", key=key, body=answer)
+    assert status == 500 and headers.get("content-type") != "application/problem+json", body
+    assert orders_of([key]) == {} and record(key) is None
+
+
 @pytest.mark.parametrize("framework", ORMS)
 def test_a_database_that_cannot_be_reached_answers_unavailable(framework):
     proc, url = start_app(framework, f"host=127.0.0.1 port={PORT + 7} dbname=nowhere user=postgres", PORT + 13)

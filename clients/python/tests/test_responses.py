@@ -43,3 +43,18 @@ def test_response_over_the_limit_is_not_recorded(app):
     status, _, body = post(app, "/orders/large", key=key)
     assert status == 500 and problem_type(body) == "urn:idempotency:response-too-large"
     assert record(key) is None and orders_of([key]) == {}
+
+
+# a status a replay could not send, a header value with CR LF (a split
+# response): refused by idem_finish_response (22023, the response's, not
+# the key's) or by the framework before it
+UNSENDABLE = [{"status": 99}, {"status": 201, "headers": {"location": "/orders/1\r\nx-injected: yes"}}]
+
+
+@pytest.mark.parametrize("answer", UNSENDABLE, ids=["status-99", "location-crlf"])
+def test_a_response_that_cannot_be_replayed_is_the_frameworks_500(app, answer):
+    key = unique_key("unsendable")
+    status, headers, body = post(app, "/orders/answer-as", key=key, body=answer)
+    assert status == 500 and headers.get("content-type") != "application/problem+json", body
+    assert record(key) is None and orders_of([key]) == {}
+

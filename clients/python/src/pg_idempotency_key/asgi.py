@@ -498,7 +498,7 @@ class IdempotencyMiddleware:
             state = sqlstate_of(exc)
             if o.lease is not None and state not in ("IK002", "IK003"):
                 await self._release(o, handle, 500)
-            answer = failure_answer(exc)
+            answer = failure_answer(exc, outcome=True)
             if answer is None:
                 raise
             return answer

@@ -278,12 +278,14 @@ def is_unavailable(sqlstate, message=""):
     return any(sqlstate == code and words in (message or "") for code, words in CITUS_MOVED)
 
 
-def answer_of(sqlstate, message="", extension=True):
+def answer_of(sqlstate, message="", extension=True, outcome=False):
     """the HTTP answer of a database error, or None (the framework's 500).
     extension: the error came from the middleware's own statement (the
     claim, idem_finish), so the extension's codes are the key's; else from
     the application's statements, where only the codes that mean "retry"
-    are answered"""
+    are answered.  outcome: the statement was the outcome's, where a value
+    refused (22004, 22023, 22008) is the response's, a status or header a
+    replay could not send, not the key's"""
     if sqlstate in RETRYABLE:
         return problem(503, "retry", "Transaction conflict",
                        "The transaction was rolled back by a serialization failure or deadlock; retry the request.",
@@ -306,7 +308,7 @@ def answer_of(sqlstate, message="", extension=True):
     if sqlstate == "42501":
         return problem(403, "scope-forbidden", "Idempotency scope not granted",
                        "The database role may not use this idempotency scope.")
-    if sqlstate in ("22023", "22004", "22008"):
+    if sqlstate in ("22023", "22004", "22008") and not outcome:
         return problem(400, "key-invalid", "Invalid Idempotency-Key", message)
     return None
 
@@ -350,7 +352,7 @@ class RetryRequest(Exception):
         return answer_of(self.sqlstate)
 
 
-def failure_answer(exc, own=True, ended=False):
+def failure_answer(exc, own=True, ended=False, outcome=False):
     """The one classification of an error that failed a request (every
     framework's middleware uses it; nothing of the request committed):
     ended (the handler ended the claim's transaction itself): 500
@@ -358,13 +360,14 @@ def failure_answer(exc, own=True, ended=False):
     answer (retry, read-only, unavailable; with own, the extension's
     codes too): that problem; else None, the application's own error, for
     the framework to answer (500).  own: exc came from the middleware's
-    statements (the claim, idem_finish, COMMIT), not the handler's."""
+    statements (the claim, idem_finish, COMMIT), not the handler's;
+    outcome: from the outcome's (idem_finish_response, COMMIT)."""
     if ended:
         return transaction_ended()
     sqlstate = sqlstate_of(exc)
     if sqlstate in RETRYABLE:
         raise RetryRequest(sqlstate) from exc
-    return answer_of(sqlstate, str(exc), own)
+    return answer_of(sqlstate, str(exc), own, outcome)
 
 
 def has_answer(exc, ended=False):

@@ -161,7 +161,7 @@ class SQLAlchemyAsyncIdempotencyMiddleware:
             await raw.execute("COMMIT")
         except Exception as exc:
             await self._end(conn, raw)
-            answer = failure_answer(exc, own=finish is not None)
+            answer = failure_answer(exc, own=finish is not None, outcome=True)
             if answer is None:
                 raise
             return answer

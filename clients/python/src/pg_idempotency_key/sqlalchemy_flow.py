@@ -216,7 +216,7 @@ class SessionFlow:
                 self._send(conn, finish[0] + "; COMMIT", finish[1])
         except Exception as exc:
             self._end(conn)
-            answer = failure_answer(exc, own=finish is not None)
+            answer = failure_answer(exc, own=finish is not None, outcome=True)
             if answer is None:
                 raise
             return answer

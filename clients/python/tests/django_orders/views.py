@@ -203,6 +203,18 @@ def large(request):
 
 
 @require_POST
+def answer_as(request):
+    """answers with the body's "status" and "headers" (Django refuses a
+    status outside 100-599 and CR or LF in a header value: the view fails)"""
+    body = json.loads(request.body or b"{}")
+    place_order(request, {})
+    response = HttpResponse(b"{}", status=body["status"], content_type="application/json")
+    for name, value in body.get("headers", {}).items():
+        response[name] = value
+    return response
+
+
+@require_POST
 def outside(request):
     """an ORM write on another thread (Django gives it a connection of its
     own, outside the request's transaction), then an error"""
@@ -220,5 +232,5 @@ ROUTES = {
     "/orders/503": answer_503, "/orders/404": answer_404, "/orders/404-not-stored": answer_404,
     "/orders/conflict": conflict, "/orders/conflict-at-commit": conflict, "/orders/leased": leased, "/binary": binary,
     "/orders/hang": hang, "/orders/raise": raise_sqlstate, "/orders/end-transaction": end_transaction, "/orders/cookie": cookie, "/orders/upload": upload, "/orders/small": order,
-    "/orders/large": large, "/orders/outside": outside,
+    "/orders/large": large, "/orders/outside": outside, "/orders/answer-as": answer_as,
 }
