@@ -567,7 +567,7 @@ part sizes && { bench_sizes || FAILED_ROWS+=(sizes); }
 # B9: the HTTP middleware of clients/node against the Redis middlewares, on
 # one Express 5 app (bench/http/app.js: POST /orders, one business row, pg
 # pool of 10), driven by wrk with 50 connections: new keys, then a duplicate
-# storm (every key sent 5 times concurrently), variants alternated per run;
+# storm (every key sent 5 times concurrently), the compared apps side by side;
 # then each variant's app killed with kill -9 mid-storm (bench/http/fault.js).
 # idempotency.retry_after is 20 ms there, the order of the handler's time:
 # a duplicate of another process's request would poll every 10-20 ms at most
@@ -630,8 +630,14 @@ bench_http_middlewares() {
         || return 1
     export BENCH_DSN="postgresql://postgres@/idem_bench_http?host=$PGHOST&port=$PGPORT"
     export BENCH_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+    local compared
     for run in $(seq "$RUNS"); do
-        for v in "${B9_VARIANTS[@]}" python package-wait "${B9_ORMS[@]}" "${B9_REFERENCES[@]}"; do
+        # what is compared runs side by side, in the opposite order every
+        # other run (a drift of the machine or of the tables' sizes over a
+        # run favours neither): the references, clients/node, clients/python
+        compared=("${B9_REFERENCES[@]}" package python)
+        [ $((run % 2)) -eq 0 ] && compared=(python package hand-record round-trips)
+        for v in none express-idempotency node-idempotency "${compared[@]}" package-wait "${B9_ORMS[@]}"; do
             b9_app_start "$v" || { FAILED_ROWS+=("b9_$v"); continue; }
             # measured warm: a process's first seconds run its code cold
             # (V8 compiles it as it goes, each pooled connection parses its

@@ -13,14 +13,14 @@ import { answers } from './answers.js';
 import { declaredOver, unreadBody } from './request-body.js';
 
 const kAttempt = Symbol('idempotency attempt');
-const kEntryHeaders = Symbol('idempotency headers at entry');
-const kOriginal = Symbol('idempotency response methods');
-const kSending = Symbol('idempotency sending');
 const HELD = ['writeHead', 'write', 'end', 'setHeader', 'removeHeader', 'appendHeader'];
 
-// the response's own methods (or another middleware's wrappers), whatever
-// capture() put in their place
-const original = (res) => res[kOriginal] ?? res;
+// A held response's hold: {saved (the methods its calls go through to:
+// the response's own, or another middleware's wrappers), sending,
+// released, ended, chunks, size, and capture()'s options}. Kept off the
+// response: a property added to an Express response gives it a map of its
+// own (about 1.5 kB each, Express has set its prototype), so the package
+// adds none but the held methods and req.idempotency.
 
 // an answer given through the response's methods of the moment (held by
 // capture() when a claim is open: its outcome is then recorded)
@@ -36,9 +36,9 @@ function respond(res, answer) {
 // may have changed the status since; its header calls were ignored, so
 // the headers of the handler's own answer are still in place); the held
 // methods let the response's own calls through meanwhile
-function send(res, response, own = false) {
-  const m = original(res);
-  res[kSending] = true;
+function send(res, hold, response, own = false) {
+  const m = hold.saved;
+  hold.sending = true;
   try {
     if (!own) {
       for (const name of res.getHeaderNames()) m.removeHeader.call(res, name);
@@ -48,25 +48,26 @@ function send(res, response, own = false) {
     res.statusCode = response.status;
     m.end.call(res, response.body);
   } finally {
-    res[kSending] = false;
+    hold.sending = false;
   }
 }
 
 // the response's methods as they were before capture(): what is written
 // from now on goes out as written
-function uncapture(res) {
-  Object.assign(res, res[kOriginal]);
-  delete res[kOriginal];
+function uncapture(res, hold) {
+  if (hold.released) return;
+  hold.released = true;
+  Object.assign(res, hold.saved);
 }
 
 // Runs the request again through the app after a serialization failure or
 // deadlock: nothing was sent, the response is reset to what it was when
 // the middleware first saw it, and the body parsers skip the parsed body.
-function redispatch(req, res, attempt) {
-  uncapture(res);
-  req[kAttempt] = attempt;
+function redispatch(req, res, hold, attempt, entryHeaders) {
+  uncapture(res, hold);
+  req[kAttempt] = { attempt, entryHeaders };
   for (const name of res.getHeaderNames()) res.removeHeader(name);
-  for (const [name, value] of Object.entries(req[kEntryHeaders])) res.setHeader(name, value);
+  for (const [name, value] of Object.entries(entryHeaders)) res.setHeader(name, value);
   res.statusCode = 200;
   req.url = req.originalUrl;
   req.app.handle(req, res, (err) => respond(res, err
@@ -74,84 +75,105 @@ function redispatch(req, res, attempt) {
     : answers.internal('No route answered the request when it was run again.')));
 }
 
+// a call after the first complete answer: ignored, with a warning (once)
+function late(hold, res, name, args) {
+  hold.warn(name);
+  const cb = args.find((a) => typeof a === 'function');
+  if (cb && (name === 'write' || name === 'end')) process.nextTick(cb);
+  return name === 'write' ? true : res;
+}
+
+function add(hold, chunk, encoding) {
+  if (chunk === undefined || chunk === null || typeof chunk === 'function') return;
+  const bytes = Buffer.isBuffer(chunk) ? chunk
+    : chunk instanceof Uint8Array ? Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength)
+      : Buffer.from(chunk, typeof encoding === 'string' ? encoding : 'utf8');
+  hold.size += bytes.length;
+  if (hold.size <= hold.limit) hold.chunks.push(bytes);
+}
+
+// The held methods of res with its hold: what the handler writes is kept
+// until the outcome; sending, or released, the calls go through
+function heldWriteHead(hold, res, status, reason, headers) {
+  if (hold.sending || hold.released) return hold.saved.writeHead.call(res, status, reason, headers);
+  if (hold.ended) return late(hold, res, 'writeHead', [status, reason, headers]);
+  res.statusCode = status;
+  const h = typeof reason === 'object' ? reason : headers;
+  if (Array.isArray(h)) for (let i = 0; i < h.length; i += 2) hold.saved.setHeader.call(res, h[i], h[i + 1]);
+  else if (h) for (const [name, value] of Object.entries(h)) hold.saved.setHeader.call(res, name, value);
+  return res;
+}
+
+function heldWrite(hold, res, chunk, encoding, callback) {
+  if (hold.sending || hold.released) return hold.saved.write.call(res, chunk, encoding, callback);
+  if (hold.ended) return late(hold, res, 'write', [chunk, encoding, callback]);
+  add(hold, chunk, encoding);
+  const cb = typeof encoding === 'function' ? encoding : callback;
+  if (cb) process.nextTick(cb);
+  return true;
+}
+
+function heldEnd(hold, res, chunk, encoding, callback) {
+  if (hold.sending || hold.released) return hold.saved.end.call(res, chunk, encoding, callback);
+  if (hold.ended) return late(hold, res, 'end', [chunk, encoding, callback]);
+  add(hold, chunk, encoding);
+  hold.ended = true;
+  settle(res, hold, [chunk, encoding, callback].find((a) => typeof a === 'function'));
+  return res;
+}
+
+// setHeader, removeHeader, appendHeader
+function heldHeader(hold, res, name, args) {
+  if (hold.ended && !hold.sending && !hold.released) return late(hold, res, name, args);
+  return hold.saved[name].apply(res, args);
+}
+
+// the first end(): the response as it is now, recorded by finalize, then
+// sent (or run again, or handed to the error handler)
+function settle(res, hold, done) {
+  const tooLarge = hold.size > hold.limit;
+  const { chunks } = hold;
+  const response = {
+    status: res.statusCode,
+    headers: res.getHeaders(),
+    body: tooLarge ? Buffer.alloc(0) : chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, hold.size),
+    tooLarge,
+  };
+  hold.chunks = null;
+  hold.finalize(response).then((answer) => {
+    if (answer === IGNORED) return;
+    if (answer === RETRY) {
+      hold.retry();
+    } else {
+      send(res, hold, answer, answer === response);
+      if (done) res.once('finish', done);
+    }
+  }).catch((err) => {
+    // an error the package has no answer for (its outcome could not be
+    // recorded; nothing is committed), or one of sending the answer
+    // (Node refuses a status outside 100-999): the app's error handler
+    // answers it, through the response's own methods
+    uncapture(res, hold);
+    hold.onError(err);
+  });
+}
+
 // Holds the response until finalize(response) says what to send; the
 // first end() is the answer, anything after it is ignored. Bytes beyond
-// limit are not kept (the response is then tooLarge).
+// limit are not kept (the response is then tooLarge). -> the hold
 function capture(res, { finalize, onError, retry, limit, warn }) {
-  const saved = {};
-  for (const name of HELD) saved[name] = res[name];
-  res[kOriginal] = saved;
-  const chunks = [];
-  let size = 0;
-  let ended = false;
-  const add = (chunk, encoding) => {
-    if (chunk === undefined || chunk === null || typeof chunk === 'function') return;
-    const bytes = Buffer.isBuffer(chunk) ? chunk
-      : chunk instanceof Uint8Array ? Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength)
-        : Buffer.from(chunk, typeof encoding === 'string' ? encoding : 'utf8');
-    size += bytes.length;
-    if (size <= limit) chunks.push(bytes);
+  const hold = {
+    saved: {}, sending: false, released: false, ended: false, chunks: [], size: 0,
+    finalize, onError, retry, limit, warn,
   };
-  const late = (name) => function ignored(...args) {
-    warn(name);
-    const cb = args.find((a) => typeof a === 'function');
-    if (cb && (name === 'write' || name === 'end')) process.nextTick(cb);
-    return name === 'write' ? true : res;
-  };
-  res.writeHead = function heldWriteHead(status, reason, headers) {
-    if (res[kSending]) return saved.writeHead.call(res, status, reason, headers);
-    if (ended) return late('writeHead')(status, reason, headers);
-    res.statusCode = status;
-    const h = typeof reason === 'object' ? reason : headers;
-    if (Array.isArray(h)) for (let i = 0; i < h.length; i += 2) saved.setHeader.call(res, h[i], h[i + 1]);
-    else if (h) for (const [name, value] of Object.entries(h)) saved.setHeader.call(res, name, value);
-    return res;
-  };
-  res.write = function heldWrite(chunk, encoding, callback) {
-    if (res[kSending]) return saved.write.call(res, chunk, encoding, callback);
-    if (ended) return late('write')(chunk, encoding, callback);
-    add(chunk, encoding);
-    const cb = typeof encoding === 'function' ? encoding : callback;
-    if (cb) process.nextTick(cb);
-    return true;
-  };
+  for (const name of HELD) hold.saved[name] = res[name];
+  res.writeHead = function writeHead(status, reason, headers) { return heldWriteHead(hold, this, status, reason, headers); };
+  res.write = function write(chunk, encoding, callback) { return heldWrite(hold, this, chunk, encoding, callback); };
+  res.end = function end(chunk, encoding, callback) { return heldEnd(hold, this, chunk, encoding, callback); };
   for (const name of ['setHeader', 'removeHeader', 'appendHeader']) {
-    if (typeof saved[name] !== 'function') continue;
-    res[name] = function heldHeader(...args) {
-      return ended && !res[kSending] ? late(name)(...args) : saved[name].apply(res, args);
-    };
+    if (typeof hold.saved[name] === 'function') res[name] = function header(...args) { return heldHeader(hold, this, name, args); };
   }
-  res.end = function heldEnd(chunk, encoding, callback) {
-    if (res[kSending]) return saved.end.call(res, chunk, encoding, callback);
-    if (ended) return late('end')(chunk, encoding, callback);
-    add(chunk, encoding);
-    ended = true;
-    const done = [chunk, encoding, callback].find((a) => typeof a === 'function');
-    const response = {
-      status: res.statusCode,
-      headers: res.getHeaders(),
-      body: size > limit ? Buffer.alloc(0) : chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size),
-      tooLarge: size > limit,
-    };
-    chunks.length = 0;
-    finalize(response).then((answer) => {
-      if (answer === IGNORED) return;
-      if (answer === RETRY) {
-        retry();
-      } else {
-        send(res, answer, answer === response);
-        if (done) res.once('finish', done);
-      }
-    }).catch((err) => {
-      // an error the package has no answer for (its outcome could not be
-      // recorded; nothing is committed), or one of sending the answer
-      // (Node refuses a status outside 100-999): the app's error handler
-      // answers it, through the response's own methods
-      uncapture(res);
-      onError(err);
-    });
-    return res;
-  };
+  return hold;
 }
 
 export function idempotency(options) {
@@ -165,8 +187,11 @@ export function idempotency(options) {
   };
 
   async function run(req, res, next) {
-    const attempt = req[kAttempt] ?? 0;
-    if (attempt === 0) req[kEntryHeaders] = res.getHeaders();
+    // a run again (redispatch) carries its attempt and the headers the
+    // response had when the middleware first saw it
+    const again = req[kAttempt];
+    const attempt = again ? again.attempt : 0;
+    const entryHeaders = again ? again.entryHeaders : res.getHeaders();
     if (declaredOver(req.headers, o.maxBodyBytes)) return respond(res, answers.bodyTooLarge(o.maxBodyBytes));
     if (unreadBody(req)) {
       const err = new Error('idempotency: the request has a body that no body parser read before the middleware, so'
@@ -182,10 +207,10 @@ export function idempotency(options) {
     const { state } = admitted;
     state.attempt = attempt;
     req.idempotency = handlerApi(state);
-    capture(res, {
+    const hold = capture(res, {
       finalize: (response) => complete(state, response),
       onError: next,
-      retry: () => redispatch(req, res, attempt + 1),
+      retry: () => redispatch(req, res, hold, attempt + 1, entryHeaders),
       limit: o.maxResponseBytes,
       warn,
     });
@@ -193,7 +218,7 @@ export function idempotency(options) {
     // answered at once; what the handler does later is ignored
     state.send = (answer) => {
       res.end(); // the handler's answer from now on: ignored
-      send(res, answer);
+      send(res, hold, answer);
     };
     return next();
   }

@@ -389,6 +389,50 @@ describe('setup and the request body', () => {
     await pool.end();
   });
 
+  // compression, on-headers (morgan, express-session) and the like put
+  // wrappers on the response itself, before or after the middleware
+  for (const where of ['before', 'after']) {
+    test(`Express, another middleware's wrappers of res.write and res.end ${where} it: held, recorded, sent through them`, async () => {
+      const pool = new pg.Pool({ connectionString: DIRECT, max: 2 });
+      const through = [];
+      const wrap = (req, res, next) => {
+        const { write, end } = res;
+        res.write = function wrappedWrite(chunk, ...rest) { through.push(`write ${chunk}`); return write.call(this, chunk, ...rest); };
+        res.end = function wrappedEnd(chunk, ...rest) { through.push(`end ${chunk ?? ''}`); return end.call(this, chunk, ...rest); };
+        next();
+      };
+      const idem = expressIdempotency({ pool, scope: 'wrapped' });
+      const app = express();
+      app.use(express.json());
+      app.post('/orders', ...(where === 'before' ? [wrap, idem] : [idem, wrap]), async (req, res) => {
+        const { rows } = await req.idempotency.client.query('SELECT 7 AS n');
+        res.status(201);
+        res.write('a-');
+        res.end(`b-${rows[0].n}`);
+      });
+      const server = await new Promise((resolve) => { const s = app.listen(0, '127.0.0.1', () => resolve(s)); });
+      const url = `http://127.0.0.1:${server.address().port}`;
+      try {
+        const key = k(`wrapped-${where}`);
+        const first = await post(url, '/orders', { key, body: {} });
+        assert.equal(first.status, 201);
+        assert.equal(first.body.toString(), 'a-b-7');
+        assert.equal((await record(key)).status, 'succeeded');
+        const replay = await post(url, '/orders', { key, body: {} });
+        assert.equal(replay.status, 201);
+        assert.equal(replay.headers['idempotent-replayed'], 'true');
+        assert.equal(replay.body.toString(), 'a-b-7');
+        // before: the answers go out through the wrappers, once each (the
+        // replay too); after: the handler's calls reach the wrappers first
+        assert.deepEqual(through, where === 'before' ? ['end a-b-7', 'end a-b-7'] : ['write a-', 'end b-7']);
+      } finally {
+        server.closeAllConnections();
+        await new Promise((resolve) => server.close(resolve));
+        await pool.end();
+      }
+    });
+  }
+
   for (const [name, parser] of [['no body parser', null], ['a JSON parser and a text body', express.json()]]) {
     test(`Express, ${name}: a body no parser read is refused (500), nothing claimed`, async () => {
       const pool = new pg.Pool({ connectionString: DIRECT, max: 2 });
