@@ -579,38 +579,50 @@ part sizes && { bench_sizes || FAILED_ROWS+=(sizes); }
 # the package on the raw driver in the same runs.  python: clients/python's
 # ASGI middleware on the same request (bench/http/asgi_app.py, Starlette
 # under uvicorn with uvloop and httptools, as uvicorn[standard] installs
-# it; pool of 10), run right after clients/node and reported as a ratio to it.
+# it; pool of 10), run right after clients/node and reported as a ratio to it,
+# and python-hand-record, the hand-record reference written in Python in
+# the same app (the least record in that language's stack).
 B9_VARIANTS=(none express-idempotency node-idempotency package)
 B9_ORMS=(package-prisma)
-B9_REFERENCES=(round-trips hand-record)
+B9_REFERENCES=(round-trips hand-record python-hand-record)
 B9_PORT=${IDEM_B9_PORT:-18380}
 b9_app_start() {  # VARIANT: the app on B9_PORT, its pid file registered
     local pidfile=$WORK/b9-app.pid i ready='^listening'
-    if [ "$1" = python ]; then
+    if [[ $1 = python* ]]; then
         ready='Uvicorn running on'  # once bound ("Application startup complete" comes before)
-        (PYTHONPATH=$PWD/clients/python/src exec /usr/bin/python3 -m uvicorn --app-dir bench/http asgi_app:app \
+        (BENCH_VARIANT=$1 PYTHONPATH=$PWD/clients/python/src exec /usr/bin/python3 -m uvicorn --app-dir bench/http asgi_app:app \
             --host 127.0.0.1 --port "$B9_PORT" --loop uvloop --http httptools --no-access-log) >"$WORK/b9-app.log" 2>&1 &
     else
         (cd bench/http && exec node app.js "$1" "$B9_PORT") >"$WORK/b9-app.log" 2>&1 &
     fi
     echo $! >"$pidfile"
-    server_register "$pidfile" "$([ "$1" = python ] && echo python3 || echo node)"
+    server_register "$pidfile" "$([[ $1 = python* ]] && echo python3 || echo node)"
     for i in $(seq 300); do
         grep -q "$ready" "$WORK/b9-app.log" && return 0
         sleep 0.1
     done
     say "B9: the $1 app did not start"; cat "$WORK/b9-app.log" >&2; return 1
 }
-b9_wrk() {  # NAME COPIES [SECONDS]: requests/s into R[NAME.run], duplicate rows into R[NAME_dup.run]
-    local tag="r$run-$1" out rps
+# b9_app_ticks: the CPU time (clock ticks) the app's process has used
+b9_app_ticks() { awk '{print $14 + $15}' "/proc/$(cat "$WORK/b9-app.pid")/stat"; }
+b9_wrk() {  # NAME COPIES [SECONDS]: requests/s into R[NAME.run], duplicate rows into R[NAME_dup.run],
+            # the app's and the server's CPU ms per request into R[NAME_app_cpu.run], R[NAME_server_cpu.run]
+    local tag="r$run-$1" out rps n a0 s0 a1 s1 hz
+    a0=$(b9_app_ticks) s0=$(server_ticks)
     out=$(WRK_TAG=$tag WRK_COPIES=$2 wrk -t"$THREADS" -c50 -d"${3:-$DURATION}s" -s bench/http/storm.lua \
           "http://127.0.0.1:$B9_PORT" 2>&1)
+    a1=$(b9_app_ticks) s1=$(server_ticks)
     rps=$(sed -n 's/^Requests\/sec: *\([0-9.]*\).*/\1/p' <<<"$out")
-    [[ $rps =~ ^[0-9.]+$ ]] || { say "B9: wrk failed for $1"; echo "$out" >&2; FAILED_ROWS+=("$1"); return 1; }
+    n=$(sed -n 's/^ *\([0-9]*\) requests in .*/\1/p' <<<"$out")
+    [[ $rps =~ ^[0-9.]+$ && $n -gt 0 ]] || { say "B9: wrk failed for $1"; echo "$out" >&2; FAILED_ROWS+=("$1"); return 1; }
     R[$1.$run]=$rps
+    hz=$(getconf CLK_TCK)
+    R[$1_app_cpu.$run]=$(awk -v d="$((a1 - a0))" -v hz="$hz" -v n="$n" 'BEGIN {print d * 1000 / hz / n}')
+    R[$1_server_cpu.$run]=$(awk -v d="$((s1 - s0))" -v hz="$hz" -v n="$n" 'BEGIN {print d * 1000 / hz / n}')
     R[$1_dup.$run]=$(psql -X -At -d idem_bench_http -c "SELECT count(*) - count(DISTINCT idempotency_key)
         FROM bench_http_order WHERE idempotency_key LIKE '$tag-%'")
-    printf '    %-26s %10.0f requests/s, %s duplicate rows\n' "$1" "$rps" "${R[$1_dup.$run]}" >&2
+    printf '    %-26s %10.0f requests/s, %s duplicate rows, CPU ms per request: app %.3f, server %.3f\n' \
+        "$1" "$rps" "${R[$1_dup.$run]}" "${R[$1_app_cpu.$run]}" "${R[$1_server_cpu.$run]}" >&2
 }
 bench_http_middlewares() {
     local v out
@@ -636,7 +648,7 @@ bench_http_middlewares() {
         # other run (a drift of the machine or of the tables' sizes over a
         # run favours neither): the references, clients/node, clients/python
         compared=("${B9_REFERENCES[@]}" package python)
-        [ $((run % 2)) -eq 0 ] && compared=(python package hand-record round-trips)
+        [ $((run % 2)) -eq 0 ] && compared=(python package python-hand-record hand-record round-trips)
         for v in none express-idempotency node-idempotency "${compared[@]}" package-wait "${B9_ORMS[@]}"; do
             b9_app_start "$v" || { FAILED_ROWS+=("b9_$v"); continue; }
             # measured warm: a process's first seconds run its code cold
@@ -950,6 +962,32 @@ echo "References, new keys, on one pooled connection in three round trips as cli
      "$(fmt "$(ratio b9_package_new b9_round-trips_new)" 2)x the round trips ($(b9_runs b9_package_new b9_round-trips_new))" \
      "(targets >= 1.0 and >= 0.85); the hand-written record itself $(fmt "$(ratio b9_hand-record_new b9_round-trips_new)" 2)x" \
      "the round trips ($(b9_runs b9_hand-record_new b9_round-trips_new)): what a durable record in this transaction costs."
+echo "The same hand-written record in Python (bench/http/asgi_app.py, BENCH_VARIANT=python-hand-record: Starlette" \
+     "under uvicorn, psycopg pool of 10, no middleware) $(fmt "$(med b9_python-hand-record_new)") requests/s," \
+     "$(fmt "$(ratio b9_python-hand-record_new b9_hand-record_new)" 2)x the Node.js one" \
+     "(per run: $(b9_runs b9_python-hand-record_new b9_hand-record_new)): the language's and its stack's share of" \
+     "the clients/python / clients/node target; clients/python $(fmt "$(ratio b9_python_new b9_python-hand-record_new)" 2)x" \
+     "the Python hand-written record ($(b9_runs b9_python_new b9_python-hand-record_new)), against clients/node's" \
+     "$(fmt "$(ratio b9_package_new b9_hand-record_new)" 2)x the Node.js one."
+# R[b9_NAME_cpu.run]: the app's and the server's CPU ms per request on new keys, added
+for v in "${B9_REFERENCES[@]}" package python; do
+    for r in $(seq "$RUNS"); do
+        [ -n "${R[b9_${v}_new_app_cpu.$r]:-}" ] && R[b9_${v}_cpu.$r]=$(awk -v a="${R[b9_${v}_new_app_cpu.$r]}" \
+            -v b="${R[b9_${v}_new_server_cpu.$r]}" 'BEGIN {print a + b}')
+    done
+done
+# b9_cpu NAME: "app + server = total" CPU ms per request on new keys (medians)
+b9_cpu() {
+    printf '%s + %s = %s' "$(fmt "$(med "b9_$1_new_app_cpu")" 3)" "$(fmt "$(med "b9_$1_new_server_cpu")" 3)" \
+        "$(fmt "$(med "b9_$1_cpu")" 3)"
+}
+echo "CPU per request on new keys, ms, the app's process + every PostgreSQL process = total (medians; less moved" \
+     "by the machine's other work than requests/s): round trips $(b9_cpu round-trips); hand-written record" \
+     "$(b9_cpu hand-record); clients/node $(b9_cpu package); Python hand-written record $(b9_cpu python-hand-record);" \
+     "clients/python $(b9_cpu python). Total CPU per request, clients/node / hand-written record" \
+     "$(fmt "$(ratio b9_package_cpu b9_hand-record_cpu)" 2) (per run: $(b9_runs b9_package_cpu b9_hand-record_cpu)), /" \
+     "round trips $(fmt "$(ratio b9_package_cpu b9_round-trips_cpu)" 2); clients/python / clients/node" \
+     "$(fmt "$(ratio b9_python_cpu b9_package_cpu)" 2) ($(b9_runs b9_python_cpu b9_package_cpu))."
 echo "Cold: every app above served ${WARMUP} s of new keys right after its start before it was measured (V8 compiles" \
      "a process's code as it runs it, each pooled connection parses its statements and fills its caches); over those" \
      "first seconds (medians): clients/node $(fmt "$(med b9_package_cold)") requests/s, the hand-written record" \

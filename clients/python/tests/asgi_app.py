@@ -248,6 +248,24 @@ async def pool_returns_bad(request):
     return Response(str(pool.get_stats().get("returns_bad", 0)), 200, media_type="text/plain")
 
 
+async def prepared_statements_lost(request):
+    """every connection of the pool loses its prepared statements (DEALLOCATE
+    ALL, what a pool's reset with DISCARD ALL does) -> how many of the
+    middleware's (prepare=True) they had"""
+    conns = [await pool.getconn() for _ in range(pool.max_size)]
+    lost = 0
+    try:
+        for conn in conns:
+            cur = await conn.execute("SELECT count(*) FROM pg_prepared_statements"
+                                     " WHERE name LIKE 'pg\\_idempotency\\_key\\_%'")
+            lost += (await cur.fetchone())[0]
+            await conn.execute("DEALLOCATE ALL")
+    finally:
+        for conn in conns:
+            await pool.putconn(conn)
+    return Response(str(lost), 200, media_type="text/plain")
+
+
 async def duplicates_waiting(request):
     """duplicates waiting in memory for a request of this process"""
     return Response(str(waiting(pool)), 200, media_type="text/plain")
@@ -273,9 +291,10 @@ app = Starlette(routes=[Route(p, f, methods=["POST"]) for p, f in ROUTES.items()
                + [Route("/pool-requests", pool_requests, methods=["GET"]),
                   Route("/pool-returns-bad", pool_returns_bad, methods=["GET"]),
                   Route("/duplicates-waiting", duplicates_waiting, methods=["GET"]),
+                  Route("/prepared-statements-lost", prepared_statements_lost, methods=["GET"]),
                   Route("/posts-finished", posts_finished, methods=["GET"])],
                 on_startup=[pool.open], on_shutdown=[pool.close])
-app.add_middleware(IdempotencyMiddleware, pool=pool, scope=principal,
+app.add_middleware(IdempotencyMiddleware, pool=pool, scope=principal, prepare=os.environ.get("IDEM_APP_PREPARE") == "1",
                    routes={"/orders/optional": {"required": False}, "/orders/wait": {"wait_for": 120},
                            "/orders/404-not-stored": {"store_client_errors": False},
                            "/orders/leased": {"lease": 30},

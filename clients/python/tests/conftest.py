@@ -9,13 +9,15 @@ sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)),
 from helpers import FRAMEWORKS, PORT, TARGETS, setup_database, start_app, stop_app  # noqa: E402
 
 setup_database()
-APPS = [(f, t, dsn) for f in FRAMEWORKS for t, dsn in TARGETS]
+# and the ASGI middleware with prepare=True (direct: PgBouncer cannot keep them)
+APPS = [(f, t, dsn) for f in FRAMEWORKS for t, dsn in TARGETS] + [("asgi", "prepared", TARGETS[0][1])]
 
 
 @pytest.fixture(scope="session", params=APPS, ids=[f"{f}-{t}" for f, t, _ in APPS])
 def app(request):
-    """the URL of a test application: each framework, directly and through PgBouncer"""
-    framework, _, dsn = request.param
-    proc, url = start_app(framework, dsn, PORT + APPS.index(request.param))
+    """the URL of a test application: each framework, directly and through
+    PgBouncer, and the ASGI middleware's prepared statements"""
+    framework, target, dsn = request.param
+    proc, url = start_app(framework, dsn, PORT + APPS.index(request.param), prepare=target == "prepared")
     yield url
     stop_app(proc)

@@ -143,12 +143,13 @@ def unique_key(label):
 FRAMEWORKS = ["asgi", "django"]
 
 
-def start_app(framework, dsn, port, pool=4, pool_timeout=30):
+def start_app(framework, dsn, port, pool=4, pool_timeout=30, prepare=False):
     """the test application in a server process of its own -> (process, URL):
-    asgi_app under uvicorn, or django_orders under gunicorn (threads: Django's
-    runserver refuses connections beyond a backlog of 10)"""
+    asgi_app under uvicorn (prepare: its middleware's option), or
+    django_orders under gunicorn (threads: Django's runserver refuses
+    connections beyond a backlog of 10)"""
     env = dict(os.environ, IDEM_APP_DSN=dsn, IDEM_APP_SA_URL=sa_url(dsn), IDEM_APP_POOL=str(pool),
-               IDEM_APP_POOL_TIMEOUT=str(pool_timeout),
+               IDEM_APP_POOL_TIMEOUT=str(pool_timeout), IDEM_APP_PREPARE="1" if prepare else "",
                DJANGO_SETTINGS_MODULE="django_orders.settings",
                PYTHONPATH=os.pathsep.join([HERE, os.path.join(HERE, "..", "src")]))
     if framework in ("asgi", "fastapi", "fastapi-async"):

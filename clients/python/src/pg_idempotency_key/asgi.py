@@ -11,7 +11,8 @@ the application's background tasks run after that, as they do without
 the middleware.  BEGIN travels with the claim and COMMIT with idem_finish:
 one round trip each, as one simple-protocol query whose values psycopg's
 client-side cursor binds (AsyncClientCursor; pipeline mode took about
-twice the client's CPU per claim).  A serialization failure
+twice the client's CPU per claim); with prepare=True the two are EXECUTEs
+of statements PREPAREd once per connection.  A serialization failure
 or deadlock re-runs the application, up to `retries` times.  A duplicate
 of a request this process is claiming or running is answered in memory
 (flights.py)."""
@@ -22,9 +23,10 @@ import psycopg
 from psycopg import AsyncClientCursor
 from psycopg.pq import TransactionStatus
 
-from .core import (Options, Response, RetryRequest, answer_of_error, body_too_large, check_key, claim_sql,
-                   fail_sql, failure_answer, finish_sql, fingerprint, handler_timeout, in_progress, keeps,
-                   not_claimed, replay_of, response_too_large, scope_missing, sqlstate_of, transaction_ended)
+from .core import (PREPARE_STATEMENTS, Options, Response, RetryRequest, answer_of_error, body_too_large, check_key,
+                   claim_sql, fail_sql, failure_answer, finish_sql, fingerprint, handler_timeout, in_progress, keeps,
+                   not_claimed, prepared_claim_sql, prepared_finish_sql, replay_of, response_too_large,
+                   scope_missing, sqlstate_of, transaction_ended)
 from .flights import TIMED_OUT, await_flight, flight_of, land, take_off
 from .guard import GuardedConnection
 
@@ -294,6 +296,34 @@ class IdempotencyMiddleware:
             conn._idem_set_autocommit = False
         await self.pool.putconn(conn)
 
+    @staticmethod
+    async def _prepare(conn):
+        """prepare=True: the claim's and the outcome's statements on conn (idle),
+        PREPAREd on its first use, or again once the server lost them;
+        -> whether they were PREPAREd now"""
+        if getattr(conn, "_idem_prepared", False):
+            return False
+        for statement in PREPARE_STATEMENTS:
+            try:
+                await conn.execute(statement)
+            except psycopg.errors.DuplicatePreparedStatement:
+                pass  # one of the two was, before an error stopped the other
+        conn._idem_prepared = True
+        return True
+
+    async def _execute(self, conn, prepared, sql, params):
+        """sql on conn in autocommit; prepared (an EXECUTE): once more after
+        preparing again if the server lost the statements"""
+        fresh = prepared and await self._prepare(conn)
+        try:
+            await AsyncClientCursor(conn).execute(sql, params)
+        except psycopg.errors.InvalidSqlStatementName:
+            if not prepared or fresh:
+                raise
+            conn._idem_prepared = False
+            await self._prepare(conn)
+            await AsyncClientCursor(conn).execute(sql, params)
+
     async def _rollback(self, conn):
         if conn.info.transaction_status != TransactionStatus.IDLE and not conn.closed:
             try:
@@ -401,7 +431,7 @@ class IdempotencyMiddleware:
         loop = asyncio.get_running_loop()
         polls = 0
         leased = o.lease is not None
-        sql, params = claim_sql(o, key, scope_name, fp)
+        sql, params = (prepared_claim_sql if o.prepare else claim_sql)(o, key, scope_name, fp)
         while True:
             try:
                 conn = await self._getconn()
@@ -410,14 +440,25 @@ class IdempotencyMiddleware:
                 if answer:
                     return answer
                 raise
+            fresh = False
             try:
+                if o.prepare:
+                    fresh = await self._prepare(conn)
                 cur = AsyncClientCursor(conn)
                 await cur.execute(sql if leased else "BEGIN; " + sql, params)
                 if not leased:
                     cur.nextset()
                 outcome, result, fence, recovery_point, retry_after = await cur.fetchone()
             except psycopg.Error as exc:
+                # the server lost the statements (DEALLOCATE, DISCARD ALL): they are
+                # prepared again, unless they were just now (a transaction-pooling
+                # PgBouncer keeps none: the error is the answer)
+                lost = sqlstate_of(exc) == "26000"
+                if lost:
+                    conn._idem_prepared = False
                 await self._rollback(conn)
+                if lost and o.prepare and not fresh:
+                    continue
                 answer = failure_answer(exc)
                 if answer is None:
                     raise
@@ -479,10 +520,14 @@ class IdempotencyMiddleware:
         if handle.unknown or not keeps(o, response.status):
             await self._release(o, handle, response.status)
             return response
-        sql, params = finish_sql(handle.key, handle.scope, response, o.stored_headers,
-                                 handle.fence if o.lease is not None else None)
         conn = handle._take()
         in_transaction = conn is not None
+        # prepared (prepare=True) on the claim's connection, whose EXECUTE just
+        # ran, or on one of the middleware's own; not on the one begin() took
+        # (leased), which may have lost them without a statement failing yet
+        prepared = o.prepare and not (in_transaction and o.lease is not None)
+        sql, params = (prepared_finish_sql if prepared else finish_sql)(
+            handle.key, handle.scope, response, o.stored_headers, handle.fence if o.lease is not None else None)
         try:
             conn = conn or await self._getconn()
         except psycopg.Error as exc:
@@ -492,8 +537,13 @@ class IdempotencyMiddleware:
                 raise
             return answer
         try:
-            await AsyncClientCursor(conn).execute(sql + "; COMMIT" if in_transaction else sql, params)
+            if in_transaction:
+                await AsyncClientCursor(conn).execute(sql + "; COMMIT", params)
+            else:
+                await self._execute(conn, prepared, sql, params)
         except psycopg.Error as exc:
+            if sqlstate_of(exc) == "26000":
+                conn._idem_prepared = False
             await self._rollback(conn)
             state = sqlstate_of(exc)
             if o.lease is not None and state not in ("IK002", "IK003"):
@@ -503,6 +553,6 @@ class IdempotencyMiddleware:
                 raise
             return answer
         await self._putconn(conn)
-        if handle.flight is not None:
-            land(handle.flight, replay_of(response, o.stored_headers))
+        if handle.flight is not None:  # the replay only for duplicates waiting (seldom any)
+            land(handle.flight, replay_of(response, o.stored_headers) if handle.flight.waiters else None)
         return response

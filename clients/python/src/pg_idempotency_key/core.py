@@ -47,6 +47,7 @@ class Options:
     poll_from: float = 0.025             # first poll's interval, doubling up to the server's retry_after
     retries: int = 3                     # retries after 40001 / 40P01
     max_key_length: int = 255
+    prepare: bool = False                # IdempotencyMiddleware: the claim and the outcome PREPAREd per connection
 
     def __post_init__(self):
         if self.scope is None or (isinstance(self.scope, str) and not self.scope):
@@ -94,6 +95,13 @@ def problem(status, kind, title, detail, headers=()):
     body = json.dumps({"type": f"urn:idempotency:{kind}", "title": title,
                        "status": status, "detail": detail}).encode()
     return Response(status, [("content-type", "application/problem+json"), *headers], body, True)
+
+
+def refuse_prepare(o):
+    """prepare is IdempotencyMiddleware's (psycopg): refused elsewhere, not ignored"""
+    if o is not False and o.prepare:
+        raise ValueError("prepare=True is an option of pg_idempotency_key.asgi.IdempotencyMiddleware (psycopg);"
+                         " the other middlewares send their statements through their own driver or ORM")
 
 
 def check_key(keys, o):
@@ -152,24 +160,27 @@ def is_json(content_type):
 
 
 def fingerprint(method, path, body, content_type):
-    """-> (SQL expression, parameters): idem_fingerprint over method, path
-    and body for a JSON body (key order and white space do not count), else
-    SHA-256 of method, path and the body's bytes."""
+    """-> (json, digest): for a JSON body json is (method, path, the body's
+    text), hashed by idem_fingerprint (key order and white space do not
+    count), digest None; else json is None and digest the SHA-256 of
+    method, path and the body's bytes."""
     if is_json(content_type):
         try:
             text = body.decode()
             json.loads(text)
             if "\\u0000" not in text:  # jsonb refuses it: hashed as bytes
-                return ("idem_fingerprint(jsonb_build_array(%s::text, %s::text, %s::jsonb))",
-                        [method, path, text])
+                return (method, path, text), None
         except ValueError:
             pass
-    digest = hashlib.sha256(f"{method} {path}\n".encode() + body).digest()
-    return "%s::bytea", [digest]
+    return None, hashlib.sha256(f"{method} {path}\n".encode() + body).digest()
 
 
 def claim_sql(o, key, scope, fp):
-    expression, params = fp
+    json_input, digest = fp
+    if json_input is not None:
+        expression, params = "idem_fingerprint(jsonb_build_array(%s::text, %s::text, %s::jsonb))", list(json_input)
+    else:
+        expression, params = "%s::bytea", [digest]
     sql = ("SELECT outcome, result, fence, recovery_point,"
            " extract(epoch FROM retry_after)::float8"
            f" FROM idem_claim(%s, scope => %s, fingerprint => {expression}, wait => false")
@@ -189,6 +200,36 @@ def finish_sql(key, scope, response, stored_headers, fence=None):
     return fenced("SELECT idem_finish_response(%s, %s, %s::jsonb, %s::bytea, scope => %s",
                   [key, response.status, json.dumps(headers_to_store(response, stored_headers)),
                    bytes(response.body), scope], fence)
+
+
+# prepare=True (ASGI): the claim and the outcome as statements PREPAREd once
+# per connection, of one shape for every request (NULL: the server's
+# default ttl, no lease, no fence), run with EXECUTE in the same one round
+# trip as BEGIN and COMMIT: the server neither parses nor plans them again
+CLAIM_STATEMENT, FINISH_STATEMENT = "pg_idempotency_key_claim", "pg_idempotency_key_finish"
+PREPARE_STATEMENTS = (
+    f"PREPARE {CLAIM_STATEMENT} (text, text, text, text, text, bytea, float8, float8) AS"
+    " SELECT outcome, result, fence, recovery_point, extract(epoch FROM retry_after)::float8"
+    " FROM idem_claim($1, scope => $2, fingerprint => CASE WHEN $5 IS NULL THEN $6"
+    " ELSE idem_fingerprint(jsonb_build_array($3, $4, $5::jsonb)) END, wait => false,"
+    " ttl => make_interval(secs => $7), lease => make_interval(secs => $8))",
+    f"PREPARE {FINISH_STATEMENT} (text, int, jsonb, bytea, text, bigint) AS"
+    " SELECT idem_finish_response($1, $2, $3, $4, scope => $5, fence => $6)",
+)
+
+
+def prepared_claim_sql(o, key, scope, fp):
+    """claim_sql as an EXECUTE of the prepared claim"""
+    json_input, digest = fp
+    return (f"EXECUTE {CLAIM_STATEMENT}(%s, %s, %s, %s, %s, %s, %s, %s)",
+            [key, scope, *(json_input or (None, None, None)), digest,
+             None if o.ttl is None else float(o.ttl), None if o.lease is None else float(o.lease)])
+
+
+def prepared_finish_sql(key, scope, response, stored_headers, fence=None):
+    """finish_sql as an EXECUTE of the prepared outcome"""
+    _, params = finish_sql(key, scope, response, stored_headers)
+    return f"EXECUTE {FINISH_STATEMENT}(%s, %s, %s, %s, %s, %s)", [*params, fence]
 
 
 def fail_sql(key, scope, status, fence):

@@ -27,7 +27,8 @@ from django.utils.module_loading import import_string
 
 from .core import (Options, Response, RetryRequest, answer_of, answer_of_error, body_too_large, check_key, claim_sql,
                    fail_sql, failure_answer, finish_sql, fingerprint, handler_timeout, keeps, not_claimed,
-                   response_too_large, scope_missing, sqlstate_of, transaction_ended, with_retries)
+                   refuse_prepare, response_too_large, scope_missing, sqlstate_of, transaction_ended,
+                   with_retries)
 from .transaction_control import TransactionEnded, ends_transaction
 
 
@@ -71,7 +72,7 @@ def request_fingerprint(request):
                 for chunk in upload.chunks():  # from the start
                     digest.update(chunk)
                 upload.seek(0)
-        return "%s::bytea", [digest.digest()]
+        return None, digest.digest()
     if hasattr(request, "_body"):
         body = request._body
     else:
@@ -150,6 +151,8 @@ class IdempotencyMiddleware:
             config["scope"] = import_string(config["scope"])
         self.options = Options(**config)
         self.routes = {path: (False if v is False else self.options.replace(**v)) for path, v in routes.items()}
+        for o in (self.options, *self.routes.values()):
+            refuse_prepare(o)
 
     def __call__(self, request):
         o = self.routes.get(request.path, self.options)

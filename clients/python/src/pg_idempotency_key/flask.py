@@ -11,7 +11,8 @@ from http import HTTPStatus
 import flask
 from werkzeug.exceptions import HTTPException
 
-from .core import Options, Response, body_too_large, check_key, fingerprint, has_answer, scope_missing
+from .core import (Options, Response, body_too_large, check_key, fingerprint, has_answer, refuse_prepare,
+                   scope_missing)
 from .sqlalchemy_flow import TOO_LARGE, SessionFlow
 from .transaction_control import TransactionEnded
 
@@ -32,6 +33,7 @@ class FlaskIdempotency:
                        for path, v in (routes or {}).items()}
         for o in (self.options, *self.routes.values()):
             SessionFlow.refuse_lease(o)
+            refuse_prepare(o)
         self._flows = {}
         if app is not None:
             self.init_app(app)

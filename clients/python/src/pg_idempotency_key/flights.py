@@ -26,7 +26,7 @@ def flight_of(pool, scope, key, fingerprint):
     """-> the flight of a claim of this process for the same key, scope and
     fingerprint input, or None"""
     flight = _by_pool.get(pool, {}).get((scope, key))
-    return flight if flight is not None and flight.same == _same(fingerprint) else None
+    return flight if flight is not None and flight.same == fingerprint else None
 
 
 def take_off(pool, scope, key, fingerprint):
@@ -35,7 +35,7 @@ def take_off(pool, scope, key, fingerprint):
     flights = _by_pool.setdefault(pool, {})
     if (scope, key) in flights:
         return None
-    flight = flights[(scope, key)] = Flight(flights, (scope, key), _same(fingerprint))
+    flight = flights[(scope, key)] = Flight(flights, (scope, key), fingerprint)
     return flight
 
 
@@ -64,7 +64,3 @@ def waiting(pool):
     """-> how many duplicates wait in memory for claims on pool"""
     return sum(flight.waiters for flight in _by_pool.get(pool, {}).values())
 
-
-def _same(fingerprint):
-    expression, params = fingerprint
-    return expression, tuple(params)

@@ -12,7 +12,7 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 from .asgi import TOO_LARGE, _AppRun, admit, send_answer
-from .core import Options
+from .core import Options, refuse_prepare
 from .sqlalchemy_flow import TOO_LARGE as FLOW_TOO_LARGE, SessionFlow
 
 
@@ -32,6 +32,7 @@ class SQLAlchemyIdempotencyMiddleware:
                        for path, v in (routes or {}).items()}
         for o in (self.options, *self.routes.values()):
             SessionFlow.refuse_lease(o)
+            refuse_prepare(o)
         self.flow = SessionFlow(engine, session_options)
         self.threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="idempotency")
 

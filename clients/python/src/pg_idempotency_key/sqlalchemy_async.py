@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from .asgi import TOO_LARGE, _AppRun, admit, send_answer
 from .core import (Options, Response, RetryRequest, claim_sql, failure_answer, finish_sql, keeps,
-                   not_claimed, response_too_large, transaction_ended, unavailable)
+                   not_claimed, refuse_prepare, response_too_large, transaction_ended, unavailable)
 from .sqlalchemy_flow import Idempotency, SessionFlow, guard
 
 
@@ -44,6 +44,7 @@ class SQLAlchemyAsyncIdempotencyMiddleware:
                        for path, v in (routes or {}).items()}
         for o in (self.options, *self.routes.values()):
             SessionFlow.refuse_lease(o)
+            refuse_prepare(o)
         # commit() commits nothing before the stored response, so expiring
         # the objects would only make their next attribute read a lazy load,
         # which an AsyncSession refuses (MissingGreenlet)
