@@ -981,8 +981,8 @@ b9_cpu() {
     printf '%s + %s = %s' "$(fmt "$(med "b9_$1_new_app_cpu")" 3)" "$(fmt "$(med "b9_$1_new_server_cpu")" 3)" \
         "$(fmt "$(med "b9_$1_cpu")" 3)"
 }
-echo "CPU per request on new keys, ms, the app's process + every PostgreSQL process = total (medians; less moved" \
-     "by the machine's other work than requests/s): round trips $(b9_cpu round-trips); hand-written record" \
+echo "CPU per request on new keys, ms, the app's process + every PostgreSQL process = total (medians):" \
+     "round trips $(b9_cpu round-trips); hand-written record" \
      "$(b9_cpu hand-record); clients/node $(b9_cpu package); Python hand-written record $(b9_cpu python-hand-record);" \
      "clients/python $(b9_cpu python). Total CPU per request, clients/node / hand-written record" \
      "$(fmt "$(ratio b9_package_cpu b9_hand-record_cpu)" 2) (per run: $(b9_runs b9_package_cpu b9_hand-record_cpu)), /" \
