@@ -72,6 +72,17 @@ async def throw_after_insert(request):
     return Response(json.dumps({"order_id": order_id}), 201, media_type="application/json")
 
 
+async def deallocate(request):
+    """drops the prepared statements of the claim's connection (DEALLOCATE
+    ALL) after its insert, the first time it sees a key"""
+    idem = request.state.idempotency
+    order_id = await place_order(await idem.begin(), idem.key, await request.json(), tenant_of(request))
+    if idem.key not in thrown_once:
+        thrown_once.add(idem.key)
+        await idem.conn.execute("DEALLOCATE ALL")
+    return Response(json.dumps({"order_id": order_id}), 201, media_type="application/json")
+
+
 async def answer_503(request):
     idem = request.state.idempotency
     await place_order(await idem.begin(), idem.key, await request.json(), tenant_of(request))
@@ -285,7 +296,7 @@ ROUTES = {
     "/orders/conflict": conflict, "/orders/conflict-at-commit": conflict, "/orders/leased": leased, "/binary": binary,
     "/orders/hang": hang, "/orders/background": with_background_task, "/orders/end-transaction": end_transaction,
     "/orders/raise": raise_sqlstate, "/orders/cookie": cookie, "/orders/small": order, "/orders/large": large,
-    "/orders/answer-as": answer_as,
+    "/orders/answer-as": answer_as, "/orders/deallocate": deallocate,
 }
 app = Starlette(routes=[Route(p, f, methods=["POST"]) for p, f in ROUTES.items()]
                + [Route("/pool-requests", pool_requests, methods=["GET"]),

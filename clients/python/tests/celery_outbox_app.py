@@ -2,7 +2,10 @@
 (python3 -m celery -A celery_outbox_app worker) on the queue
 IDEM_TEST_CELERY_QUEUE.  With IDEM_TEST_CELERY_HANG=FILE, the first run of
 the task writes its process's pid to FILE after its insert and hangs
-before its commit, for the test to kill that process there."""
+before its commit, for the test to kill that process there.  The task
+"barrier" only writes its id to IDEM_TEST_CELERY_BARRIER: one message is
+delivered at a time (prefetch 1, acks_late), so once it ran, every message
+before it was acknowledged."""
 import os
 import sys
 import threading
@@ -26,6 +29,12 @@ pool = ConnectionPool(os.environ["IDEM_TEST_DSN"], min_size=1, max_size=2, open=
 @worker_process_init.connect
 def _open_pool(**_):
     pool.open()
+
+
+@app.task(name="barrier", bind=True, acks_late=True)
+def barrier(self):
+    with open(os.environ["IDEM_TEST_CELERY_BARRIER"], "a") as f:
+        f.write(f"{self.request.id}\n")
 
 
 @idempotent_task(app, pool, key=task_id_key, name="record_effect")

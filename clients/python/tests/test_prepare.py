@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from helpers import app_number, framework_of, orders_of, post, unique_key
+from helpers import app_number, framework_of, orders_of, post, record, unique_key
 
 from pg_idempotency_key.flask import FlaskIdempotency
 from pg_idempotency_key.sqlalchemy_asgi import SQLAlchemyIdempotencyMiddleware
@@ -47,6 +47,22 @@ def test_statements_prepared_per_connection_and_again_once_lost(app, request):
     assert status == 201, body
     assert orders_of([leased]) == {leased: 1}
     assert post(app, "/orders/leased", leased, {"sku": "p3"})[2] == body
+
+
+def test_statements_dropped_by_the_handler_fail_closed(app, request):
+    """a handler that drops the claim's connection's statements: with
+    prepare=True the outcome cannot be recorded, so nothing commits (500)
+    and the retry, prepared again, places the one order"""
+    if framework_of(request) != "asgi":
+        pytest.skip("an option of the ASGI middleware")
+    key = unique_key("deallocated")
+    status, _, body = post(app, "/orders/deallocate", key, {"sku": "d"})
+    if prepared(request):
+        assert status == 500, body
+        assert orders_of([key]) == {} and record(key) is None
+        status, _, body = post(app, "/orders/deallocate", key, {"sku": "d"})
+    assert status == 201, body
+    assert orders_of([key]) == {key: 1}
 
 
 @pytest.mark.parametrize("middleware", [
