@@ -2,9 +2,10 @@
 as a Starlette application under uvicorn with clients/python's ASGI
 middleware (pg_idempotency_key.asgi), written as its README shows: a
 psycopg_pool.AsyncConnectionPool of 10 connections, direct (psycopg's
-default prepare_threshold; prepare=True, as the Node.js app's
-prepare: true), one scope for every caller as the Redis variants have.  POST /orders/throw fails after its insert the first time
-it sees a key (fault runs).
+default prepare_threshold; prepare=True, as the Node.js app's prepare:
+true), one scope for every caller as the Redis variants have.  POST
+/orders/throw fails after its insert the first time it sees a key (fault
+runs).
 
 BENCH_VARIANT=python-hand-record runs instead the Node.js app's
 hand-record reference in Python, without the middleware: the same three
