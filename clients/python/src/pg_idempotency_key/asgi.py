@@ -23,10 +23,10 @@ import psycopg
 from psycopg import AsyncClientCursor
 from psycopg.pq import TransactionStatus
 
-from .core import (PREPARE_STATEMENTS, Options, Response, RetryRequest, answer_of_error, body_too_large, check_key,
-                   claim_sql, fail_sql, failure_answer, finish_sql, fingerprint, handler_timeout, in_progress, keeps,
-                   not_claimed, prepared_claim_sql, prepared_finish_sql, replay_of, response_too_large,
-                   scope_missing, sqlstate_of, transaction_ended)
+from .core import (CLAIM_STATEMENT, FINISH_STATEMENT, PREPARE_STATEMENTS, Options, Response, RetryRequest,
+                   answer_of_error, body_too_large, check_key, claim_sql, executed, fail_sql, failure_answer,
+                   finish_sql, fingerprint, handler_timeout, in_progress, keeps, not_claimed, replay_of,
+                   response_too_large, scope_missing, sqlstate_of, transaction_ended)
 from .flights import TIMED_OUT, await_flight, flight_of, land, take_off
 from .guard import GuardedConnection
 
@@ -431,7 +431,9 @@ class IdempotencyMiddleware:
         loop = asyncio.get_running_loop()
         polls = 0
         leased = o.lease is not None
-        sql, params = (prepared_claim_sql if o.prepare else claim_sql)(o, key, scope_name, fp)
+        sql, params = claim_sql(o, key, scope_name, fp)
+        if o.prepare:
+            sql, params = executed(CLAIM_STATEMENT, params)
         while True:
             try:
                 conn = await self._getconn()
@@ -526,8 +528,10 @@ class IdempotencyMiddleware:
         # ran, or on one of the middleware's own; not on the one begin() took
         # (leased), which may have lost them without a statement failing yet
         prepared = o.prepare and not (in_transaction and o.lease is not None)
-        sql, params = (prepared_finish_sql if prepared else finish_sql)(
-            handle.key, handle.scope, response, o.stored_headers, handle.fence if o.lease is not None else None)
+        sql, params = finish_sql(handle.key, handle.scope, response, o.stored_headers,
+                                 handle.fence if o.lease is not None else None)
+        if prepared:
+            sql, params = executed(FINISH_STATEMENT, params)
         try:
             conn = conn or await self._getconn()
         except psycopg.Error as exc:
@@ -542,10 +546,10 @@ class IdempotencyMiddleware:
             else:
                 await self._execute(conn, prepared, sql, params)
         except psycopg.Error as exc:
-            if sqlstate_of(exc) == "26000":
+            state = sqlstate_of(exc)
+            if state == "26000":
                 conn._idem_prepared = False
             await self._rollback(conn)
-            state = sqlstate_of(exc)
             if o.lease is not None and state not in ("IK002", "IK003"):
                 await self._release(o, handle, 500)
             answer = failure_answer(exc, outcome=True)

@@ -175,72 +175,52 @@ def fingerprint(method, path, body, content_type):
     return None, hashlib.sha256(f"{method} {path}\n".encode() + body).digest()
 
 
+def numbered(sql):
+    """the package's SQL (%s placeholders) with $1, $2, ... (asyncpg, PREPARE)"""
+    parts = sql.split("%s")
+    return parts[0] + "".join(f"${n}{part}" for n, part in enumerate(parts[1:], 1))
+
+
+# The claim and the outcome, each of one shape for every request (NULL: the
+# server's default ttl, no lease, no fence; the fingerprint's digest, or its
+# JSON input), so that prepare=True (ASGI) can PREPARE them once per
+# connection and EXECUTE them in the same one round trip as BEGIN and
+# COMMIT: the server then neither parses nor plans them again
+CLAIM = ("SELECT outcome, result, fence, recovery_point, extract(epoch FROM retry_after)::float8"
+         " FROM idem_claim(%s::text, scope => %s::text, fingerprint => COALESCE(%s::bytea,"
+         " idem_fingerprint(jsonb_build_array(%s::text, %s::text, %s::jsonb))), wait => false,"
+         " ttl => make_interval(secs => %s::float8), lease => make_interval(secs => %s::float8))")
+FINISH = ("SELECT idem_finish_response(%s::text, %s::int, %s::jsonb, %s::bytea, scope => %s::text,"
+          " fence => %s::bigint)")
+CLAIM_STATEMENT, FINISH_STATEMENT = "pg_idempotency_key_claim", "pg_idempotency_key_finish"
+PREPARE_STATEMENTS = tuple(f"PREPARE {name} AS {numbered(sql)}"
+                           for name, sql in ((CLAIM_STATEMENT, CLAIM), (FINISH_STATEMENT, FINISH)))
+
+
+def seconds(value):
+    return None if value is None else float(value)
+
+
 def claim_sql(o, key, scope, fp):
     json_input, digest = fp
-    if json_input is not None:
-        expression, params = "idem_fingerprint(jsonb_build_array(%s::text, %s::text, %s::jsonb))", list(json_input)
-    else:
-        expression, params = "%s::bytea", [digest]
-    sql = ("SELECT outcome, result, fence, recovery_point,"
-           " extract(epoch FROM retry_after)::float8"
-           f" FROM idem_claim(%s, scope => %s, fingerprint => {expression}, wait => false")
-    params = [key, scope, *params]
-    if o.ttl is not None:
-        sql += ", ttl => make_interval(secs => %s)"
-        params.append(float(o.ttl))
-    if o.lease is not None:
-        sql += ", lease => make_interval(secs => %s)"
-        params.append(float(o.lease))
-    return sql + ")", params
+    return CLAIM, [key, scope, digest, *(json_input or (None, None, None)), seconds(o.ttl), seconds(o.lease)]
 
 
 def finish_sql(key, scope, response, stored_headers, fence=None):
     """idem_finish_response of key with response: the server builds the
     stored form (its "body" or "body_base64") from the body's bytes"""
-    return fenced("SELECT idem_finish_response(%s, %s, %s::jsonb, %s::bytea, scope => %s",
-                  [key, response.status, json.dumps(headers_to_store(response, stored_headers)),
-                   bytes(response.body), scope], fence)
+    return FINISH, [key, response.status, json.dumps(headers_to_store(response, stored_headers)),
+                    bytes(response.body), scope, fence]
 
 
-# prepare=True (ASGI): the claim and the outcome as statements PREPAREd once
-# per connection, of one shape for every request (NULL: the server's
-# default ttl, no lease, no fence), run with EXECUTE in the same one round
-# trip as BEGIN and COMMIT: the server neither parses nor plans them again
-CLAIM_STATEMENT, FINISH_STATEMENT = "pg_idempotency_key_claim", "pg_idempotency_key_finish"
-PREPARE_STATEMENTS = (
-    f"PREPARE {CLAIM_STATEMENT} (text, text, text, text, text, bytea, float8, float8) AS"
-    " SELECT outcome, result, fence, recovery_point, extract(epoch FROM retry_after)::float8"
-    " FROM idem_claim($1, scope => $2, fingerprint => CASE WHEN $5 IS NULL THEN $6"
-    " ELSE idem_fingerprint(jsonb_build_array($3, $4, $5::jsonb)) END, wait => false,"
-    " ttl => make_interval(secs => $7), lease => make_interval(secs => $8))",
-    f"PREPARE {FINISH_STATEMENT} (text, int, jsonb, bytea, text, bigint) AS"
-    " SELECT idem_finish_response($1, $2, $3, $4, scope => $5, fence => $6)",
-)
-
-
-def prepared_claim_sql(o, key, scope, fp):
-    """claim_sql as an EXECUTE of the prepared claim"""
-    json_input, digest = fp
-    return (f"EXECUTE {CLAIM_STATEMENT}(%s, %s, %s, %s, %s, %s, %s, %s)",
-            [key, scope, *(json_input or (None, None, None)), digest,
-             None if o.ttl is None else float(o.ttl), None if o.lease is None else float(o.lease)])
-
-
-def prepared_finish_sql(key, scope, response, stored_headers, fence=None):
-    """finish_sql as an EXECUTE of the prepared outcome"""
-    _, params = finish_sql(key, scope, response, stored_headers)
-    return f"EXECUTE {FINISH_STATEMENT}(%s, %s, %s, %s, %s, %s)", [*params, fence]
+def executed(name, params):
+    """-> (sql, params): the statement PREPAREd as name (CLAIM or FINISH) with params"""
+    return f"EXECUTE {name}({', '.join(['%s'] * len(params))})", params
 
 
 def fail_sql(key, scope, status, fence):
-    return fenced("SELECT idem_fail(%s, %s::jsonb, retryable => true, scope => %s",
-                  [key, json.dumps({"status": status}), scope], fence)
-
-
-def fenced(sql, params, fence):
-    if fence is None:
-        return sql + ")", params
-    return sql + ", fence => %s)", [*params, fence]
+    return ("SELECT idem_fail(%s, %s::jsonb, retryable => true, scope => %s, fence => %s::bigint)",
+            [key, json.dumps({"status": status}), scope, fence])
 
 
 def headers_to_store(response, stored_headers):

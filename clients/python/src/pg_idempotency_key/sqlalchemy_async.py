@@ -19,14 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from .asgi import TOO_LARGE, _AppRun, admit, send_answer
 from .core import (Options, Response, RetryRequest, claim_sql, failure_answer, finish_sql, keeps,
-                   not_claimed, refuse_prepare, response_too_large, transaction_ended, unavailable)
+                   not_claimed, numbered, refuse_prepare, response_too_large, transaction_ended, unavailable)
 from .sqlalchemy_flow import Idempotency, SessionFlow, guard
-
-
-def numbered(sql):
-    """the package's SQL (%s placeholders) in asyncpg's ($1, $2, ...)"""
-    parts = sql.split("%s")
-    return parts[0] + "".join(f"${n}{part}" for n, part in enumerate(parts[1:], 1))
 
 
 class SQLAlchemyAsyncIdempotencyMiddleware:
