@@ -32,6 +32,7 @@ from .guard import GuardedConnection
 
 TOO_LARGE = object()
 OVERTIME = object()  # what _AppRun.result gives for a handler past its time limit
+ENDED = object()  # the application ended without a response
 
 
 async def send_response(send, r):
@@ -44,7 +45,7 @@ async def send_response(send, r):
 async def send_answer(send, answer, runs):
     """sends answer; the application's run that made it goes on (to its
     background tasks) once it is sent, every other run is cancelled"""
-    sent = [r for r in runs if r.response.done() and r.response.result() is answer]
+    sent = [r for r in runs if r.response.done() and not r.response.cancelled() and r.response.result() is answer]
     for r in runs:
         if r not in sent:
             await r.abandon()
@@ -153,12 +154,21 @@ class _AppRun:
     the response was sent (release()), or is cancelled (abandon())"""
 
     def __init__(self, app, scope, body, max_response_bytes):
-        self.response = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        # the Response (or TOO_LARGE); ENDED once the application returned or
+        # raised without one, OVERTIME past the time limit: one future to
+        # await rather than asyncio.wait's for two
+        self.response = loop.create_future()
         self.sent = asyncio.Event()
         self._limit = max_response_bytes
         self._body = body
         self._status, self._headers, self._chunks, self._size = None, [], [], 0
-        self.task = asyncio.ensure_future(app(scope, self._receive, self._capture))
+        self.task = loop.create_task(app(scope, self._receive, self._capture))
+        self.task.add_done_callback(self._ended)
+
+    def _ended(self, task):
+        if not self.response.done():
+            self.response.set_result(ENDED)
 
     async def _receive(self):
         if self._body is not None:
@@ -188,14 +198,24 @@ class _AppRun:
     async def result(self, timeout=None):
         """-> the complete Response (or TOO_LARGE, or OVERTIME after timeout
         seconds without one); raises what the application raised"""
-        done, _ = await asyncio.wait({self.response, self.task}, timeout=timeout,
-                                     return_when=asyncio.FIRST_COMPLETED)
-        if not done:
-            return OVERTIME
-        if self.response.done():
-            return self.response.result()
-        self.task.result()
-        raise RuntimeError("the application returned without a response")
+        overtime = None
+        if timeout is not None:
+            overtime = asyncio.get_running_loop().call_later(timeout, self._overtime)
+        try:
+            # cancelled with the request, it cancels the future: the
+            # application can send nothing more, as it is abandoned
+            response = await self.response
+        finally:
+            if overtime is not None:
+                overtime.cancel()
+        if response is ENDED:
+            self.task.result()
+            raise RuntimeError("the application returned without a response")
+        return response
+
+    def _overtime(self):
+        if not self.response.done():
+            self.response.set_result(OVERTIME)
 
     async def release(self):
         """the response was sent: the application ends (background tasks)"""
