@@ -37,7 +37,7 @@ async def order(request):
     body = json.loads(await request.body())
     cur = await idem.conn.execute(INSERT, [idem.key, body["sku"], body["qty"]])
     order_id = (await cur.fetchone())[0]
-    if request.url.path == "/orders/throw" and idem.key not in thrown_once:
+    if request.scope["path"] == "/orders/throw" and idem.key not in thrown_once:
         thrown_once.add(idem.key)
         raise RuntimeError("the handler failed after its insert")
     return JSONResponse({"order_id": order_id, "sku": body["sku"], "qty": body["qty"]}, 201)
