@@ -16,6 +16,12 @@ async def answers(scope, receive, send):
     scope["after"] = "ran"  # a background task: only once the response was sent
 
 
+async def turns(n=20):
+    """n turns of the event loop (not a time): what is ready to run has run"""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
 def within(main):
     """main() run to its end, or a failure after 30 s (a run that never ends)"""
     return asyncio.run(asyncio.wait_for(main(), 30))
@@ -38,7 +44,7 @@ def test_the_response_is_the_result_and_what_follows_it_waits_for_release():
         r = _AppRun(answers, scope, b"", 1000)
         response = await r.result()
         assert (response.status, response.headers, response.body) == (201, [("x-order", "7")], b"abc")
-        await asyncio.sleep(0.01)
+        await turns()
         assert "after" not in scope and not r.task.done()
         await r.release()
         assert scope["after"] == "ran"
@@ -100,7 +106,7 @@ def test_a_cancelled_request_abandons_the_run():
     async def main():
         r = _AppRun(lambda scope, receive, send: asyncio.sleep(60), {}, b"", 1000)
         waiting = asyncio.ensure_future(r.result())
-        await asyncio.sleep(0.01)
+        await turns()
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
