@@ -433,6 +433,49 @@ describe('setup and the request body', () => {
     });
   }
 
+  // the middleware deletes and puts back res.req and req.res (a faster
+  // kind of object for V8): a property that is not a plain one it leaves
+  for (const how of ['as Express sets them', 'an accessor and a read-only property']) {
+    test(`Express, res.req and req.res ${how}: as they were in the handler, the answer recorded and replayed`, async () => {
+      const pool = new pg.Pool({ connectionString: DIRECT, max: 2 });
+      const own = (req, res) => [Object.getOwnPropertyDescriptor(req, 'res'), Object.getOwnPropertyDescriptor(res, 'req')];
+      const seen = [];
+      const app = express();
+      app.use(express.json());
+      app.post('/orders', (req, res, next) => {
+        if (how !== 'as Express sets them') {
+          Object.defineProperty(req, 'res', { get: () => res, enumerable: true, configurable: true });
+          Object.defineProperty(res, 'req', { value: req, enumerable: true, writable: false, configurable: false });
+        }
+        seen.push({ before: own(req, res) });
+        next();
+      }, expressIdempotency({ pool, scope: 'own' }), async (req, res) => {
+        const { rows } = await req.idempotency.client.query('SELECT 7 AS n');
+        Object.assign(seen.at(-1), { after: own(req, res), linked: req.res === res && res.req === req });
+        res.status(201).json({ n: rows[0].n });
+      });
+      const server = await new Promise((resolve) => { const s = app.listen(0, '127.0.0.1', () => resolve(s)); });
+      const url = `http://127.0.0.1:${server.address().port}`;
+      try {
+        const key = k(`own-${how}`);
+        const first = await post(url, '/orders', { key, body: {} });
+        assert.equal(first.status, 201);
+        assert.deepEqual(json(first), { n: 7 });
+        const replay = await post(url, '/orders', { key, body: {} });
+        assert.equal(replay.headers['idempotent-replayed'], 'true');
+        assert.ok(replay.body.equals(first.body));
+        assert.equal(seen.length, 2);
+        assert.equal(seen[0].linked, true);
+        assert.deepEqual(seen[0].after, seen[0].before);
+        assert.equal(seen[1].after, undefined, 'a replay does not reach the handler');
+      } finally {
+        server.closeAllConnections();
+        await new Promise((resolve) => server.close(resolve));
+        await pool.end();
+      }
+    });
+  }
+
   for (const [name, parser] of [['no body parser', null], ['a JSON parser and a text body', express.json()]]) {
     test(`Express, ${name}: a body no parser read is refused (500), nothing claimed`, async () => {
       const pool = new pg.Pool({ connectionString: DIRECT, max: 2 });
