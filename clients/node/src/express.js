@@ -27,7 +27,8 @@ const HELD = ['writeHead', 'write', 'end', 'setHeader', 'removeHeader', 'appendH
 // inline caches. In dictionary mode an added property costs a hash entry,
 // and all such objects share one map. Deleting a property other than the
 // last one added switches an object to it; the property is put back at
-// once, as it was (an object that could not take it back is left alone).
+// once, as it was (one that cannot be deleted, or an object that could
+// not take it back, is left alone).
 function toDictionaryMode(obj, name) {
   const d = Object.getOwnPropertyDescriptor(obj, name);
   if (!d || !d.configurable || !Object.isExtensible(obj)) return;
