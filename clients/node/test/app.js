@@ -293,7 +293,11 @@ export async function listen(framework, options) {
       close: () => new Promise((resolve) => { server.closeAllConnections(); server.close(resolve); }),
     };
   }
-  const app = buildExpress(framework === 'express4' ? 4 : 5, options);
+  return listenExpress(buildExpress(framework === 'express4' ? 4 : 5, options));
+}
+
+// -> the base URL of an Express app listening on a free loopback port, and close()
+export async function listenExpress(app) {
   const server = await new Promise((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));
   });

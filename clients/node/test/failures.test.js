@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import express from 'express';
 import pg from 'pg';
-import { held, listen } from './app.js';
+import { held, listen, listenExpress } from './app.js';
 import {
   DIRECT, FRAMEWORKS, POOLED, json, ordersOf, pollUntil, post, setupDatabase, sql, uniqueKey,
 } from './helpers.js';
@@ -410,8 +410,7 @@ describe('setup and the request body', () => {
         res.write('a-');
         res.end(`b-${rows[0].n}`);
       });
-      const server = await new Promise((resolve) => { const s = app.listen(0, '127.0.0.1', () => resolve(s)); });
-      const url = `http://127.0.0.1:${server.address().port}`;
+      const { url, close } = await listenExpress(app);
       try {
         const key = k(`wrapped-${where}`);
         const first = await post(url, '/orders', { key, body: {} });
@@ -426,15 +425,15 @@ describe('setup and the request body', () => {
         // replay too); after: the handler's calls reach the wrappers first
         assert.deepEqual(through, where === 'before' ? ['end a-b-7', 'end a-b-7'] : ['write a-', 'end b-7']);
       } finally {
-        server.closeAllConnections();
-        await new Promise((resolve) => server.close(resolve));
+        await close();
         await pool.end();
       }
     });
   }
 
   // the middleware deletes and puts back res.req and req.res (a faster
-  // kind of object for V8): a property that is not a plain one it leaves
+  // kind of object for V8) with their descriptors; one that cannot be
+  // deleted it leaves
   for (const how of ['as Express sets them', 'an accessor and a read-only property']) {
     test(`Express, res.req and req.res ${how}: as they were in the handler, the answer recorded and replayed`, async () => {
       const pool = new pg.Pool({ connectionString: DIRECT, max: 2 });
@@ -454,8 +453,7 @@ describe('setup and the request body', () => {
         Object.assign(seen.at(-1), { after: own(req, res), linked: req.res === res && res.req === req });
         res.status(201).json({ n: rows[0].n });
       });
-      const server = await new Promise((resolve) => { const s = app.listen(0, '127.0.0.1', () => resolve(s)); });
-      const url = `http://127.0.0.1:${server.address().port}`;
+      const { url, close } = await listenExpress(app);
       try {
         const key = k(`own-${how}`);
         const first = await post(url, '/orders', { key, body: {} });
@@ -469,8 +467,7 @@ describe('setup and the request body', () => {
         assert.deepEqual(seen[0].after, seen[0].before);
         assert.equal(seen[1].after, undefined, 'a replay does not reach the handler');
       } finally {
-        server.closeAllConnections();
-        await new Promise((resolve) => server.close(resolve));
+        await close();
         await pool.end();
       }
     });
@@ -482,8 +479,7 @@ describe('setup and the request body', () => {
       const app = express();
       const chain = [...(parser ? [parser] : []), expressIdempotency({ pool, scope: 'unread' })];
       app.post('/orders', ...chain, (req, res) => { res.status(201).json({ ok: true }); });
-      const server = await new Promise((resolve) => { const s = app.listen(0, '127.0.0.1', () => resolve(s)); });
-      const url = `http://127.0.0.1:${server.address().port}`;
+      const { url, close } = await listenExpress(app);
       try {
         const key = k(`unread-${name}`);
         for (const body of ['first body', 'another body']) {
@@ -495,8 +491,7 @@ describe('setup and the request body', () => {
         // no body at all: handled
         assert.equal((await post(url, '/orders', { key: k('no-body'), body: '', type: 'text/plain' })).status, 201);
       } finally {
-        server.closeAllConnections();
-        await new Promise((resolve) => server.close(resolve));
+        await close();
         await pool.end();
       }
     });
