@@ -24,9 +24,9 @@ from psycopg import AsyncClientCursor
 from psycopg.pq import TransactionStatus
 
 from .core import (CLAIM_STATEMENT, FINISH_STATEMENT, PREPARE_STATEMENTS, Options, Response, RetryRequest,
-                   answer_of_error, body_too_large, check_key, claim_sql, executed, fail_sql, failure_answer,
-                   finish_sql, fingerprint, handler_timeout, in_progress, keeps, not_claimed, replay_of,
-                   response_too_large, scope_missing, sqlstate_of, transaction_ended)
+                   answer_of_error, body_too_large, check_key, claim_row, claim_sql, executed, fail_sql,
+                   failure_answer, finish_sql, fingerprint, handler_timeout, in_progress, keeps, not_claimed,
+                   replay_of, response_too_large, scope_missing, sqlstate_of, transaction_ended)
 from .flights import TIMED_OUT, await_flight, flight_of, land, take_off
 from .guard import GuardedConnection
 
@@ -345,7 +345,7 @@ class IdempotencyMiddleware:
             await AsyncClientCursor(conn).execute(sql, params)
 
     async def _rollback(self, conn):
-        if conn.info.transaction_status != TransactionStatus.IDLE and not conn.closed:
+        if not conn.closed and conn.pgconn.transaction_status != TransactionStatus.IDLE:
             try:
                 await conn.execute("ROLLBACK")
             except psycopg.Error:
@@ -440,7 +440,7 @@ class IdempotencyMiddleware:
             await self._release(o, handle, 500)
             return response_too_large(o)
         if handle.transaction_ended or (handle._raw is not None and
-                                        handle._raw.info.transaction_status == TransactionStatus.IDLE):
+                                        handle._raw.pgconn.transaction_status == TransactionStatus.IDLE):
             await self._release(o, handle, 500)
             return transaction_ended()
         return await self._complete(o, handle, response)
@@ -470,7 +470,7 @@ class IdempotencyMiddleware:
                 await cur.execute(sql if leased else "BEGIN; " + sql, params)
                 if not leased:
                     cur.nextset()
-                outcome, result, fence, recovery_point, retry_after = await cur.fetchone()
+                outcome, result, fence, recovery_point, retry_after = claim_row(await cur.fetchone())
             except psycopg.Error as exc:
                 # the server lost the statements (DEALLOCATE, DISCARD ALL): they are
                 # prepared again, unless they were just now (a transaction-pooling

@@ -160,16 +160,17 @@ def is_json(content_type):
 
 
 def fingerprint(method, path, body, content_type):
-    """-> (json, digest): for a JSON body json is (method, path, the body's
-    text), hashed by idem_fingerprint (key order and white space do not
-    count), digest None; else json is None and digest the SHA-256 of
-    method, path and the body's bytes."""
+    """-> (json, digest): for a JSON body json is the text of the array
+    [method, path, body], hashed by idem_fingerprint (key order and white
+    space do not count), digest None; else json is None and digest the
+    SHA-256 of method, path and the body's bytes."""
     if is_json(content_type):
         try:
             text = body.decode()
             json.loads(text)
-            if "\\u0000" not in text:  # jsonb refuses it: hashed as bytes
-                return (method, path, text), None
+            array = json.dumps([method, path])[:-1] + ", " + text + "]"
+            if "\\u0000" not in array:  # jsonb refuses it: hashed as bytes
+                return array, None
         except ValueError:
             pass
     return None, hashlib.sha256(f"{method} {path}\n".encode() + body).digest()
@@ -185,12 +186,15 @@ def numbered(sql):
 # server's default ttl, no lease, no fence; the fingerprint's digest, or its
 # JSON input), so that prepare=True (ASGI) can PREPARE them once per
 # connection and EXECUTE them in the same one round trip as BEGIN and
-# COMMIT: the server then neither parses nor plans them again
-CLAIM = ("SELECT outcome, result, fence, recovery_point, extract(epoch FROM retry_after)::float8"
+# COMMIT: the server then neither parses nor plans them again.  The claim's
+# row is two values (claim_row), the outcome's none: psycopg's pure-Python
+# implementation (Debian's) spends more on each column of a result than
+# the server does on building them
+CLAIM = ("SELECT jsonb_build_array(outcome, fence, recovery_point, extract(epoch FROM retry_after)), result"
          " FROM idem_claim(%s::text, scope => %s::text, fingerprint => COALESCE(%s::bytea,"
-         " idem_fingerprint(jsonb_build_array(%s::text, %s::text, %s::jsonb))), wait => false,"
+         " idem_fingerprint(%s::jsonb)), wait => false,"
          " ttl => make_interval(secs => %s::float8), lease => make_interval(secs => %s::float8))")
-FINISH = ("SELECT idem_finish_response(%s::text, %s::int, %s::jsonb, %s::bytea, scope => %s::text,"
+FINISH = ("SELECT FROM idem_finish_response(%s::text, %s::int, %s::jsonb, %s::bytea, scope => %s::text,"
           " fence => %s::bigint)")
 CLAIM_STATEMENT, FINISH_STATEMENT = "pg_idempotency_key_claim", "pg_idempotency_key_finish"
 PREPARE_STATEMENTS = tuple(f"PREPARE {name} AS {numbered(sql)}"
@@ -203,7 +207,17 @@ def seconds(value):
 
 def claim_sql(o, key, scope, fp):
     json_input, digest = fp
-    return CLAIM, [key, scope, digest, *(json_input or (None, None, None)), seconds(o.ttl), seconds(o.lease)]
+    return CLAIM, [key, scope, digest, json_input, seconds(o.ttl), seconds(o.lease)]
+
+
+def claim_row(row):
+    """the claim's row (CLAIM) -> (outcome, result, fence, recovery_point,
+    retry_after seconds)"""
+    state, result = row
+    if isinstance(state, str):  # asyncpg and Django's psycopg2 backend leave jsonb as text
+        state = json.loads(state)
+    outcome, fence, recovery_point, retry_after = state
+    return outcome, result, fence, recovery_point, retry_after
 
 
 def finish_sql(key, scope, response, stored_headers, fence=None):

@@ -25,10 +25,9 @@ from django.http import HttpResponse
 from django.urls import Resolver404, resolve
 from django.utils.module_loading import import_string
 
-from .core import (Options, Response, RetryRequest, answer_of, answer_of_error, body_too_large, check_key, claim_sql,
-                   fail_sql, failure_answer, finish_sql, fingerprint, handler_timeout, keeps, not_claimed,
-                   refuse_prepare, response_too_large, scope_missing, sqlstate_of, transaction_ended,
-                   with_retries)
+from .core import (Options, Response, RetryRequest, answer_of, answer_of_error, body_too_large, check_key, claim_row,
+                   claim_sql, fail_sql, failure_answer, finish_sql, fingerprint, handler_timeout, keeps, not_claimed,
+                   refuse_prepare, response_too_large, scope_missing, sqlstate_of, transaction_ended, with_retries)
 from .transaction_control import TransactionEnded, ends_transaction
 
 
@@ -213,7 +212,7 @@ class IdempotencyMiddleware:
             with transaction.atomic(using=self.using):
                 with connections[self.using].cursor() as cur:
                     cur.execute(sql, params)
-                    outcome, result, fence, recovery_point, retry_after = cur.fetchone()
+                    outcome, result, fence, recovery_point, retry_after = claim_row(cur.fetchone())
                 if outcome != "claimed":
                     transaction.set_rollback(True, using=self.using)
                 else:
@@ -265,7 +264,7 @@ class IdempotencyMiddleware:
             conn = connections[self.using]
             with conn.cursor() as cur:  # outside atomic(): autocommit, the claim commits now
                 cur.execute(sql, params)
-                outcome, result, fence, recovery_point, retry_after = cur.fetchone()
+                outcome, result, fence, recovery_point, retry_after = claim_row(cur.fetchone())
             if outcome == "claimed":
                 break
             answer = not_claimed(o, outcome, result, retry_after, polls, deadline, time.monotonic())

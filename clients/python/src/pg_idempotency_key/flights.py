@@ -13,13 +13,14 @@ TIMED_OUT = object()
 
 
 class Flight:
-    __slots__ = ("flights", "id", "same", "claimed", "landed", "waiters")
+    __slots__ = ("flights", "id", "same", "claimed", "waiters", "ended", "replay", "landed")
 
     def __init__(self, flights, id_, same):
         self.flights, self.id, self.same = flights, id_, same
         self.claimed = False
         self.waiters = 0
-        self.landed = asyncio.get_running_loop().create_future()
+        self.ended, self.replay = False, None
+        self.landed = None  # the future duplicates wait on, made by the first (seldom any)
 
 
 def flight_of(pool, scope, key, fingerprint):
@@ -44,13 +45,19 @@ def land(flight, replay):
     replay, or None when nothing was committed; a second call changes nothing"""
     if flight.flights.get(flight.id) is flight:
         del flight.flights[flight.id]
-    if not flight.landed.done():
-        flight.landed.set_result(replay)
+    if not flight.ended:
+        flight.ended, flight.replay = True, replay
+        if flight.landed is not None:
+            flight.landed.set_result(replay)
 
 
 async def await_flight(flight, seconds):
     """-> the Response to replay, None (nothing committed), or TIMED_OUT
     when the claim did not end within seconds"""
+    if flight.ended:
+        return flight.replay
+    if flight.landed is None:
+        flight.landed = asyncio.get_running_loop().create_future()
     flight.waiters += 1
     try:
         return await asyncio.wait_for(asyncio.shield(flight.landed), max(0.0, seconds))

@@ -34,7 +34,7 @@ class GuardedConnection:
         if self.detached:
             raise RuntimeError("this request's transaction is over (its connection went back to the pool);"
                                " a background task takes a connection of its own")
-        if not self.ended and self._conn.info.transaction_status not in (TransactionStatus.INTRANS,
+        if not self.ended and self._conn.pgconn.transaction_status not in (TransactionStatus.INTRANS,
                                                                          TransactionStatus.INERROR):
             self.ended = True
         if not self.ended and ends_transaction(_text(query, self._conn)):
@@ -43,7 +43,7 @@ class GuardedConnection:
             raise TransactionEnded()
 
     def _after(self):
-        if self._conn.info.transaction_status == TransactionStatus.IDLE:
+        if self._conn.pgconn.transaction_status == TransactionStatus.IDLE:
             self.ended = True
 
     async def execute(self, query, params=None, **kwargs):

@@ -18,7 +18,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from .asgi import TOO_LARGE, _AppRun, admit, send_answer
-from .core import (Options, Response, RetryRequest, claim_sql, failure_answer, finish_sql, keeps,
+from .core import (Options, Response, RetryRequest, claim_row, claim_sql, failure_answer, finish_sql, keeps,
                    not_claimed, numbered, refuse_prepare, response_too_large, transaction_ended, unavailable)
 from .sqlalchemy_flow import Idempotency, SessionFlow, guard
 
@@ -110,7 +110,7 @@ class SQLAlchemyAsyncIdempotencyMiddleware:
         polls = 0
         while True:
             await raw.execute("BEGIN")
-            outcome, result, _, _, retry_after = await raw.fetchrow(numbered(sql), *params)
+            outcome, result, _, _, retry_after = claim_row(await raw.fetchrow(numbered(sql), *params))
             if outcome == "claimed":
                 return None
             await raw.execute("ROLLBACK")

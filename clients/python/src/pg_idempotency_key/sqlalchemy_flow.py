@@ -18,7 +18,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
-from .core import (Response, answer_of_error, claim_sql, failure_answer, finish_sql, keeps,
+from .core import (Response, answer_of_error, claim_row, claim_sql, failure_answer, finish_sql, keeps,
                    not_claimed, response_too_large, sqlstate_of, transaction_ended, unavailable, with_retries)
 from .transaction_control import TransactionEnded, ends_transaction
 
@@ -166,7 +166,7 @@ class SessionFlow:
         sql, params = claim_sql(o, key, scope_name, fp)
         polls = 0
         while True:
-            outcome, result, _, _, retry_after = self._send(conn, "BEGIN; " + sql, params).fetchone()
+            outcome, result, _, _, retry_after = claim_row(self._send(conn, "BEGIN; " + sql, params).fetchone())
             if outcome == "claimed":
                 return None
             self._send(conn, "ROLLBACK")
