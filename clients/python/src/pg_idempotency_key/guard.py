@@ -35,7 +35,7 @@ class GuardedConnection:
             raise RuntimeError("this request's transaction is over (its connection went back to the pool);"
                                " a background task takes a connection of its own")
         if not self.ended and self._conn.pgconn.transaction_status not in (TransactionStatus.INTRANS,
-                                                                         TransactionStatus.INERROR):
+                                                                           TransactionStatus.INERROR):
             self.ended = True
         if not self.ended and ends_transaction(_text(query, self._conn)):
             self.ended = True
