@@ -47,6 +47,8 @@ def test_json_fingerprint_is_the_node_packages_and_ignores_key_order_and_white_s
 def test_bodies_jsonb_refuses_or_that_are_not_json_are_hashed_as_bytes():
     for method, path, body, content_type in [("POST", "/p", b'{"a": "\\u0000"}', "application/json"),
                                              ("POST", "/p\x00", b'{"a": 1}', "application/json"),
+                                             ("POST", "/p", b'{"a": NaN}', "application/json"),
+                                             ("POST", "/p", b'[1, -Infinity]', "application/json"),
                                              ("POST", "/p", b'{"a": 1', "application/json"),
                                              ("POST", "/p", b'{"a": 1}', "text/plain")]:
         json_input, digest = fingerprint(method, path, body, content_type)

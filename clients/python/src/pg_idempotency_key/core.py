@@ -159,6 +159,10 @@ def is_json(content_type):
     return media == "application/json" or media.endswith("+json")
 
 
+def _refuse_constant(name):
+    raise ValueError(f"{name} is not JSON")  # Python's json reads NaN and Infinity, jsonb refuses them
+
+
 def fingerprint(method, path, body, content_type):
     """-> (json, digest): for a JSON body json is the text of the array
     [method, path, body], hashed by idem_fingerprint (key order and white
@@ -167,7 +171,7 @@ def fingerprint(method, path, body, content_type):
     if is_json(content_type):
         try:
             text = body.decode()
-            json.loads(text)
+            json.loads(text, parse_constant=_refuse_constant)
             array = json.dumps([method, path])[:-1] + ", " + text + "]"
             if "\\u0000" not in array:  # jsonb refuses it: hashed as bytes
                 return array, None
