@@ -1,9 +1,11 @@
 """The fingerprint of a JSON request is the server's idem_fingerprint of the
 jsonb array [method, path, body], sent as one text: the value earlier
-versions of the package gave (jsonb_build_array of the three) and the
-Node.js package gives (JSON.stringify of the same array), whatever the
-body's key order and white space, so that a retry after an upgrade, or
-sent to a service in the other language, replays instead of answering 422."""
+versions of the package gave (jsonb_build_array of the three), and that of
+the compact text clients/node sends (JSON.stringify of the array with the
+parsed body), whatever the body's key order and white space, so that a
+retry after an upgrade, or sent to a service in the other language,
+replays instead of answering 422.  (clients/node is not run here: the
+Python suite does not install Node.js.)"""
 import json
 
 import pytest
@@ -33,10 +35,10 @@ def test_json_fingerprint_is_the_earlier_versions(method, path, body):
     assert server_fingerprint(json_input) == earlier
 
 
-def test_json_fingerprint_is_the_node_packages_and_ignores_key_order_and_white_space():
+def test_json_fingerprint_is_that_of_the_compact_text_and_ignores_key_order_and_white_space():
     body = '{"sku": "caf\u00e9", "lines": [{"qty": 2, "n": null}], "ok": true}'
     ours = server_fingerprint(fingerprint("POST", "/orders", body.encode(), "application/json; charset=utf-8")[0])
-    # JSON.stringify([method, path, req.body]) of Express's parsed body
+    # what JSON.stringify([method, path, req.body]) gives for Express's parsed body
     node = json.dumps(["POST", "/orders", json.loads(body)], separators=(",", ":"), ensure_ascii=False)
     reordered = '{ "ok":true,"lines":[ {"n":null, "qty":2} ],\n"sku":"caf\\u00e9"}'
     assert server_fingerprint(node) == ours

@@ -13,13 +13,12 @@ TIMED_OUT = object()
 
 
 class Flight:
-    __slots__ = ("flights", "id", "same", "claimed", "waiters", "ended", "replay", "landed")
+    __slots__ = ("flights", "id", "same", "claimed", "landed", "waiters")
 
     def __init__(self, flights, id_, same):
         self.flights, self.id, self.same = flights, id_, same
         self.claimed = False
         self.waiters = 0
-        self.ended, self.replay = False, None
         self.landed = None  # the future duplicates wait on, made by the first (seldom any)
 
 
@@ -45,18 +44,14 @@ def land(flight, replay):
     replay, or None when nothing was committed; a second call changes nothing"""
     if flight.flights.get(flight.id) is flight:
         del flight.flights[flight.id]
-    if not flight.ended:
-        flight.ended, flight.replay = True, replay
-        if flight.landed is not None:
-            flight.landed.set_result(replay)
+    if flight.landed is not None and not flight.landed.done():
+        flight.landed.set_result(replay)
 
 
 async def await_flight(flight, seconds):
     """-> the Response to replay, None (nothing committed), or TIMED_OUT
     when the claim did not end within seconds"""
-    if flight.ended:
-        return flight.replay
-    if flight.landed is None:
+    if flight.landed is None:  # found in flight (flight_of), so not landed yet
         flight.landed = asyncio.get_running_loop().create_future()
     flight.waiters += 1
     try:
