@@ -580,8 +580,9 @@ part sizes && { bench_sizes || FAILED_ROWS+=(sizes); }
 # ASGI middleware on the same request (bench/http/asgi_app.py, Starlette
 # under uvicorn with uvloop and httptools, as uvicorn[standard] installs
 # it; pool of 10), run right after clients/node and reported as a ratio to it,
-# and python-hand-record, the hand-record reference written in Python in
-# the same app (the least record in that language's stack).
+# python-asyncpg, the same middleware on an asyncpg pool of 10, and
+# python-hand-record, the hand-record reference written in Python in the
+# same app (the least record in that language's stack).
 B9_VARIANTS=(none express-idempotency node-idempotency package)
 B9_ORMS=(package-prisma)
 B9_REFERENCES=(round-trips hand-record python-hand-record)
@@ -630,6 +631,7 @@ bench_http_middlewares() {
         "+ Redis, @node-idempotency + Redis, clients/node"
     ensure_node \
         && ensure_packages wrk python3-uvicorn python3-uvloop python3-httptools python3-starlette python3-psycopg-pool \
+            python3-asyncpg \
         && (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) \
         && (cd bench/http && npm ci --no-audit --no-fund --loglevel=error) \
         && (cd bench/http && PRISMA_SCHEMA_ENGINE_BINARY=/bin/true CHECKPOINT_DISABLE=1 \
@@ -647,8 +649,8 @@ bench_http_middlewares() {
         # what is compared runs side by side, in the opposite order every
         # other run (a drift of the machine or of the tables' sizes over a
         # run favours neither): the references, clients/node, clients/python
-        compared=("${B9_REFERENCES[@]}" package python)
-        [ $((run % 2)) -eq 0 ] && compared=(python package python-hand-record hand-record round-trips)
+        compared=("${B9_REFERENCES[@]}" package python python-asyncpg)
+        [ $((run % 2)) -eq 0 ] && compared=(python-asyncpg python package python-hand-record hand-record round-trips)
         for v in none express-idempotency node-idempotency "${compared[@]}" package-wait "${B9_ORMS[@]}"; do
             b9_app_start "$v" || { FAILED_ROWS+=("b9_$v"); continue; }
             # measured warm: a process's first seconds run its code cold
@@ -674,7 +676,7 @@ bench_http_middlewares() {
     [ "$(id -u)" -eq 0 ] || sed -i 's/^runuser -u [^ ]* -- //' "$BENCH_REDIS_RESTART"
     chmod 755 "$BENCH_REDIS_RESTART"
     for mode in kill throw redis; do
-        for v in "${B9_VARIANTS[@]}" python; do
+        for v in "${B9_VARIANTS[@]}" python python-asyncpg; do
             [ "$mode" = redis ] && [[ $v != *idempotency ]] && continue  # no Redis there
             out=$(cd bench/http && node fault.js "$v" "$B9_PORT" "$mode-$v" "$mode") \
                 || { say "B9: $mode fault run of $v failed"; FAILED_ROWS+=("b9_${mode}_$v"); continue; }
@@ -947,6 +949,17 @@ echo "clients/python (ASGI: Starlette under uvicorn, uvloop, httptools, psycopg 
      "$(b9_field kill.python duplicated) / $(b9_field kill.python unanswered) / $(b9_field kill.python stuck)" \
      "of $(b9_field kill.python keys) keys; handler throws: 2+ rows / 409 / 5xx" \
      "$(b9_field throw.python duplicated) / $(b9_field throw.python stuck) / $(b9_field throw.python failed)."
+echo "clients/python on asyncpg (the same middleware and app on an asyncpg pool of 10, BENCH_VARIANT=python-asyncpg):" \
+     "new keys $(fmt "$(med b9_python-asyncpg_new)") requests/s, $(fmt "$(ratio b9_python-asyncpg_new b9_package_new)" 2)x" \
+     "clients/node (target >= 0.9; per run: $(b9_runs b9_python-asyncpg_new b9_package_new))," \
+     "$(fmt "$(ratio b9_python-asyncpg_new b9_python_new)" 2)x on psycopg ($(b9_runs b9_python-asyncpg_new b9_python_new));" \
+     "storm (5 copies) $(fmt "$(med b9_python-asyncpg_storm)") requests/s" \
+     "($(fmt "$(ratio b9_python-asyncpg_storm b9_package_storm)" 2)x), duplicate rows (all runs)" \
+     "$(total b9_python-asyncpg_storm_dup); kill -9: 2+ rows / no 2xx / 409 $(b9_field kill.python-asyncpg duplicated) /" \
+     "$(b9_field kill.python-asyncpg unanswered) / $(b9_field kill.python-asyncpg stuck) of" \
+     "$(b9_field kill.python-asyncpg keys) keys; handler throws: 2+ rows / 409 / 5xx" \
+     "$(b9_field throw.python-asyncpg duplicated) / $(b9_field throw.python-asyncpg stuck) /" \
+     "$(b9_field throw.python-asyncpg failed)."
 echo "kill -9: the app killed after 1000 answers of a 50-client storm, restarted, every key sent retried up to 5 times" \
      "(Retry-After honoured, at most 2 s); keys sent: $(for v in "${B9_VARIANTS[@]}"; do printf '%s %s; ' "$v" "$(b9_field "kill.$v" keys)"; done)"
 echo "Redis killed: redis-server killed with kill -9 after 1000 answers of the same storm and started again (empty)," \
@@ -970,7 +983,7 @@ echo "The same hand-written record in Python (bench/http/asgi_app.py, BENCH_VARI
      "the Python hand-written record ($(b9_runs b9_python_new b9_python-hand-record_new)), against clients/node's" \
      "$(fmt "$(ratio b9_package_new b9_hand-record_new)" 2)x the Node.js one."
 # R[b9_NAME_cpu.run]: the app's and the server's CPU ms per request on new keys, added
-for v in "${B9_REFERENCES[@]}" package python; do
+for v in "${B9_REFERENCES[@]}" package python python-asyncpg; do
     for r in $(seq "$RUNS"); do
         [ -n "${R[b9_${v}_new_app_cpu.$r]:-}" ] && R[b9_${v}_cpu.$r]=$(awk -v a="${R[b9_${v}_new_app_cpu.$r]}" \
             -v b="${R[b9_${v}_new_server_cpu.$r]}" 'BEGIN {print a + b}')
@@ -984,16 +997,19 @@ b9_cpu() {
 echo "CPU per request on new keys, ms, the app's process + every PostgreSQL process = total (medians):" \
      "round trips $(b9_cpu round-trips); hand-written record" \
      "$(b9_cpu hand-record); clients/node $(b9_cpu package); Python hand-written record $(b9_cpu python-hand-record);" \
-     "clients/python $(b9_cpu python). Total CPU per request, clients/node / hand-written record" \
+     "clients/python $(b9_cpu python); on asyncpg $(b9_cpu python-asyncpg). Total CPU per request," \
+     "clients/node / hand-written record" \
      "$(fmt "$(ratio b9_package_cpu b9_hand-record_cpu)" 2) (per run: $(b9_runs b9_package_cpu b9_hand-record_cpu)), /" \
      "round trips $(fmt "$(ratio b9_package_cpu b9_round-trips_cpu)" 2); clients/python / clients/node" \
-     "$(fmt "$(ratio b9_python_cpu b9_package_cpu)" 2) ($(b9_runs b9_python_cpu b9_package_cpu))."
+     "$(fmt "$(ratio b9_python_cpu b9_package_cpu)" 2) ($(b9_runs b9_python_cpu b9_package_cpu)), on asyncpg" \
+     "$(fmt "$(ratio b9_python-asyncpg_cpu b9_package_cpu)" 2) ($(b9_runs b9_python-asyncpg_cpu b9_package_cpu))."
 echo "Cold: every app above served ${WARMUP} s of new keys right after its start before it was measured (V8 compiles" \
      "a process's code as it runs it, each pooled connection parses its statements and fills its caches); over those" \
      "first seconds (medians): clients/node $(fmt "$(med b9_package_cold)") requests/s, the hand-written record" \
      "$(fmt "$(med b9_hand-record_cold)") ($(fmt "$(ratio b9_package_cold b9_hand-record_cold)" 2)x), the round trips" \
      "$(fmt "$(med b9_round-trips_cold)") ($(fmt "$(ratio b9_package_cold b9_round-trips_cold)" 2)x), clients/python" \
-     "$(fmt "$(med b9_python_cold)") ($(fmt "$(ratio b9_python_cold b9_package_cold)" 2)x clients/node)."
+     "$(fmt "$(med b9_python_cold)") ($(fmt "$(ratio b9_python_cold b9_package_cold)" 2)x clients/node), on asyncpg" \
+     "$(fmt "$(med b9_python-asyncpg_cold)") ($(fmt "$(ratio b9_python-asyncpg_cold b9_package_cold)" 2)x)."
 echo "A large response (bench/http/large.js, 20 MB, one request at a time, $RUNS rounds): seconds to the last byte" \
      "and the app's longest event-loop block in ms (medians; largest block): the transfer alone (none), node-postgres" \
      "sending it as one bytea parameter of an INSERT (floor), clients/node storing it (package), and its replay."

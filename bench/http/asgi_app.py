@@ -7,6 +7,9 @@ true), one scope for every caller as the Redis variants have.  POST
 /orders/throw fails after its insert the first time it sees a key (fault
 runs).
 
+BENCH_VARIANT=python-asyncpg runs the same middleware on an asyncpg Pool
+of 10 (its default statement cache), the handler's insert through asyncpg.
+
 BENCH_VARIANT=python-hand-record runs instead the Node.js app's
 hand-record reference in Python, without the middleware: the same three
 round trips on one pooled connection (BEGIN with INSERT ... ON CONFLICT DO
@@ -28,15 +31,31 @@ from starlette.routing import Route
 from pg_idempotency_key.asgi import IdempotencyMiddleware
 
 INSERT = "INSERT INTO bench_http_order (idempotency_key, sku, qty) VALUES (%s, %s, %s) RETURNING id"
-pool = AsyncConnectionPool(os.environ["BENCH_DSN"], min_size=10, max_size=10, kwargs={"autocommit": True}, open=False)
+VARIANT = os.environ.get("BENCH_VARIANT")
+if VARIANT == "python-asyncpg":
+    import asyncpg
+    pool = asyncpg.create_pool(os.environ["BENCH_DSN"], min_size=10, max_size=10)
+else:
+    pool = AsyncConnectionPool(os.environ["BENCH_DSN"], min_size=10, max_size=10, kwargs={"autocommit": True},
+                               open=False)
 thrown_once = set()
+
+
+async def insert_order(conn, key, body):
+    if VARIANT == "python-asyncpg":
+        return await conn.fetchval(INSERT.replace("%s", "$1", 1).replace("%s", "$2", 1).replace("%s", "$3", 1),
+                                   key, body["sku"], body["qty"])
+    return (await (await conn.execute(INSERT, [key, body["sku"], body["qty"]])).fetchone())[0]
+
+
+async def open_pool():
+    await (pool if VARIANT == "python-asyncpg" else pool.open())
 
 
 async def order(request):
     idem = request.state.idempotency
     body = json.loads(await request.body())
-    cur = await idem.conn.execute(INSERT, [idem.key, body["sku"], body["qty"]])
-    order_id = (await cur.fetchone())[0]
+    order_id = await insert_order(idem.conn, idem.key, body)
     if request.scope["path"] == "/orders/throw" and idem.key not in thrown_once:
         thrown_once.add(idem.key)
         raise RuntimeError("the handler failed after its insert")
@@ -64,10 +83,10 @@ async def hand_record_order(request):
     return JSONResponse(answer, 201)
 
 
-if os.environ.get("BENCH_VARIANT") == "python-hand-record":
+if VARIANT == "python-hand-record":
     app = Starlette(routes=[Route("/orders", hand_record_order, methods=["POST"])],
                     on_startup=[pool.open], on_shutdown=[pool.close])
 else:
     app = Starlette(routes=[Route("/orders", order, methods=["POST"]), Route("/orders/throw", order, methods=["POST"])],
-                    on_startup=[pool.open], on_shutdown=[pool.close])
-    app.add_middleware(IdempotencyMiddleware, pool=pool, scope="bench", prepare=True)
+                    on_startup=[open_pool], on_shutdown=[pool.close])
+    app.add_middleware(IdempotencyMiddleware, pool=pool, scope="bench", prepare=VARIANT != "python-asyncpg")

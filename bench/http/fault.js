@@ -32,11 +32,12 @@ const RETRIES = 5;
 const PATH = mode === 'throw' ? '/orders/throw' : '/orders';
 const body = JSON.stringify({ sku: 'sku-7', qty: 1 });
 
-// the variant's app, once it listens (python: clients/python's ASGI
-// middleware under uvicorn, asgi_app.py, which says so on stderr once
-// its socket is bound: "Application startup complete" comes before)
+// the variant's app, once it listens (python, python-asyncpg:
+// clients/python's ASGI middleware under uvicorn, asgi_app.py, which says
+// so on stderr once its socket is bound: "Application startup complete"
+// comes before)
 async function start() {
-  if (variant !== 'python') {
+  if (!variant.startsWith('python')) {
     const child = spawn(process.execPath, [new URL('./app.js', import.meta.url).pathname, variant, port],
       { stdio: ['ignore', 'pipe', 'ignore'] });
     await once(createInterface({ input: child.stdout }), 'line');
@@ -45,7 +46,10 @@ async function start() {
   const here = new URL('.', import.meta.url).pathname;
   const child = spawn('/usr/bin/python3', ['-m', 'uvicorn', '--app-dir', here, 'asgi_app:app',
     '--host', '127.0.0.1', '--port', port, '--loop', 'uvloop', '--http', 'httptools', '--no-access-log'],
-  { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, PYTHONPATH: `${here}../../clients/python/src` } });
+  {
+    stdio: ['ignore', 'ignore', 'pipe'],
+    env: { ...process.env, PYTHONPATH: `${here}../../clients/python/src`, BENCH_VARIANT: variant },
+  });
   for await (const line of createInterface({ input: child.stderr })) {
     if (line.includes('Uvicorn running on')) break;
   }

@@ -3,12 +3,14 @@ Node.js package's tests): POST /orders places one order row in the claim's
 transaction.  A body with "gate": true waits, after its insert, for the
 advisory lock the test holds.  The idempotency scope is the authenticated
 user: the test's stand-in for authentication takes the user's name from
-"Authorization: Bearer NAME".  Run: uvicorn asgi_app:app (IDEM_APP_DSN)."""
+"Authorization: Bearer NAME".  Run: uvicorn asgi_app:app (IDEM_APP_DSN);
+IDEM_APP_DRIVER=asyncpg: on an asyncpg Pool instead of psycopg_pool's, the
+handlers' statements sent through asyncpg (run(), value())."""
 import asyncio
 import json
 import os
 
-from psycopg import sql
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 from starlette.applications import Starlette
 from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
@@ -18,22 +20,71 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from pg_idempotency_key.asgi import IdempotencyMiddleware
+from pg_idempotency_key.core import numbered
 from pg_idempotency_key.flights import waiting
 
 GATE = 7401
-# prepare_threshold=None: PgBouncer before 1.21 keeps no prepared statements
-pool = AsyncConnectionPool(os.environ["IDEM_APP_DSN"], min_size=1, max_size=int(os.environ.get("IDEM_APP_POOL", "4")),
-                           timeout=float(os.environ.get("IDEM_APP_POOL_TIMEOUT", "30")),
-                           open=False, kwargs={"autocommit": True, "prepare_threshold": None})
+DSN, SIZE = os.environ["IDEM_APP_DSN"], int(os.environ.get("IDEM_APP_POOL", "4"))
+ASYNCPG = os.environ.get("IDEM_APP_DRIVER") == "asyncpg"
+if ASYNCPG:
+    import asyncpg
+
+    acquired = [0]
+
+    async def count_acquired(conn):  # asyncpg runs it on every acquire()
+        acquired[0] += 1
+
+    def asyncpg_settings(dsn):
+        """asyncpg's connect arguments of a libpq connection string (asyncpg
+        reads only URLs): "options='-c name=value ...'" as server_settings"""
+        p = psycopg.conninfo.conninfo_to_dict(dsn)
+        settings = dict(pair.split("=", 1) for pair in p.get("options", "").replace("-c ", "").split())
+        return {"host": p.get("host"), "port": p.get("port"), "user": p.get("user"), "database": p["dbname"],
+                "timeout": float(p.get("connect_timeout", 60)), "server_settings": settings or None}
+
+    # min_size=0: nothing connects before the first request (a database that
+    # is down answers 503 then); statement_cache_size=0 through PgBouncer,
+    # which before 1.21 keeps no prepared statements
+    pool = asyncpg.create_pool(min_size=0, max_size=SIZE, setup=count_acquired,
+                               statement_cache_size=0 if os.environ.get("IDEM_APP_POOLED") else 100,
+                               **asyncpg_settings(DSN))
+else:
+    # prepare_threshold=None: PgBouncer before 1.21 keeps no prepared statements
+    pool = AsyncConnectionPool(DSN, min_size=1, max_size=SIZE,
+                               timeout=float(os.environ.get("IDEM_APP_POOL_TIMEOUT", "30")),
+                               open=False, kwargs={"autocommit": True, "prepare_threshold": None})
 thrown_once = set()
 
 
+async def run(conn, text, params=None):
+    """the handler's statement (%s placeholders) on either driver; without
+    params, as one simple-protocol query (several statements may be in it)"""
+    if ASYNCPG:
+        return await (conn.execute(numbered(text), *params) if params else conn.execute(text))
+    return await conn.execute(text, params)
+
+
+async def value(conn, text, params=None):
+    """the first value the statement returns, on either driver"""
+    if ASYNCPG:
+        return await conn.fetchval(numbered(text), *(params or ()))
+    return (await (await conn.execute(text, params)).fetchone())[0]
+
+
+async def open_pool():
+    await (pool if ASYNCPG else pool.open())
+
+
+def connection():
+    """a connection of the pool's own, for a background task"""
+    return pool.acquire() if ASYNCPG else pool.connection()
+
+
 async def place_order(conn, key, body, tenant):
-    cur = await conn.execute("INSERT INTO orders (idempotency_key, tenant, sku) VALUES (%s, %s, %s) RETURNING id",
-                             [key, tenant, None if body.get("sku") is None else str(body.get("sku"))])
-    order_id = (await cur.fetchone())[0]
+    order_id = await value(conn, "INSERT INTO orders (idempotency_key, tenant, sku) VALUES (%s, %s, %s) RETURNING id",
+                           [key, tenant, None if body.get("sku") is None else str(body.get("sku"))])
     if body.get("gate"):
-        await conn.execute(f"SELECT pg_advisory_xact_lock_shared({GATE})")
+        await run(conn, f"SELECT pg_advisory_xact_lock_shared({GATE})")
     return order_id
 
 
@@ -79,7 +130,7 @@ async def deallocate(request):
     order_id = await place_order(await idem.begin(), idem.key, await request.json(), tenant_of(request))
     if idem.key not in thrown_once:
         thrown_once.add(idem.key)
-        await idem.conn.execute("DEALLOCATE ALL")
+        await run(idem.conn, "DEALLOCATE ALL")
     return Response(json.dumps({"order_id": order_id}), 201, media_type="application/json")
 
 
@@ -110,9 +161,24 @@ async def conflict(request):
     if idem.key not in seen or request.query_params.get("always"):
         seen.add(idem.key)
         if request.url.path.endswith("at-commit"):
-            await conn.execute("INSERT INTO commit_conflict VALUES (%s)", [idem.key])
+            await run(conn, "INSERT INTO commit_conflict VALUES (%s)", [idem.key])
         else:
-            await conn.execute("DO $$ BEGIN RAISE EXCEPTION 'test conflict' USING ERRCODE = '40001'; END $$")
+            await run(conn, "DO $$ BEGIN RAISE EXCEPTION 'test conflict' USING ERRCODE = '40001'; END $$")
+    return Response(json.dumps({"order_id": order_id}), 201, media_type="application/json")
+
+
+async def savepoint(request):
+    """a savepoint (the driver's own conn.transaction()) rolled back, its order
+    gone; then one order, committed with the claim"""
+    idem = request.state.idempotency
+    conn = await idem.begin()
+    try:
+        async with conn.transaction():
+            await place_order(conn, idem.key, {"sku": "rolled-back"}, tenant_of(request))
+            raise LookupError("back to the savepoint")
+    except LookupError:
+        pass
+    order_id = await place_order(conn, idem.key, {"sku": "kept"}, tenant_of(request))
     return Response(json.dumps({"order_id": order_id}), 201, media_type="application/json")
 
 
@@ -150,12 +216,12 @@ async def side_effect(key, what, fail):
     """a background task: records, on a connection of its own, what it saw
     of the request's record (committed before it runs?) once the test's
     gate is free; then fails if asked"""
-    async with pool.connection() as conn:
-        await conn.execute(f"SELECT pg_advisory_lock_shared({GATE})")
-        await conn.execute("INSERT INTO side_effects (key, what, record_status)"
-                           " SELECT %s, %s, (SELECT status::text FROM idempotent_record WHERE key = %s)",
-                           [key, what, key])
-        await conn.execute(f"SELECT pg_advisory_unlock_shared({GATE})")
+    async with connection() as conn:
+        await run(conn, f"SELECT pg_advisory_lock_shared({GATE})")
+        await run(conn, "INSERT INTO side_effects (key, what, record_status)"
+                        " SELECT %s, %s, (SELECT status::text FROM idempotent_record WHERE key = %s)",
+                  [key, what, key])
+        await run(conn, f"SELECT pg_advisory_unlock_shared({GATE})")
     if fail:
         raise RuntimeError("the background task failed after its side effect")
 
@@ -180,7 +246,7 @@ async def end_transaction(request):
     if idem.key not in ended_once:
         ended_once.add(idem.key)
         try:
-            await conn.execute(request.query_params.get("statement", "COMMIT"))
+            await run(conn, request.query_params.get("statement", "COMMIT"))
         except Exception:
             if not request.query_params.get("catch"):
                 raise
@@ -203,25 +269,23 @@ async def raise_sqlstate(request):
         raised_once.add(idem.key)
         how, q = request.query_params.get("how"), request.query_params
         if how == "terminate":
-            await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+            await run(conn, "SELECT pg_terminate_backend(pg_backend_pid())")
         elif how == "timeout":
-            await conn.execute("SET LOCAL statement_timeout = 1")
-            await conn.execute("SELECT pg_sleep(600)")
+            await run(conn, "SET LOCAL statement_timeout = 1")
+            await run(conn, "SELECT pg_sleep(600)")
         elif how == "idle":
-            pid = (await (await conn.execute("SELECT pg_backend_pid()")).fetchone())[0]
-            await conn.execute("SET LOCAL idle_in_transaction_session_timeout = 1")
+            pid = await value(conn, "SELECT pg_backend_pid()")
+            await run(conn, "SET LOCAL idle_in_transaction_session_timeout = 1")
             await until_session_gone(pid)
         else:
-            await conn.execute(sql.SQL("DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = {}, MESSAGE = {}; END $$").format(
-                sql.Literal(q["code"]), sql.Literal(q.get("message", "raised by the test"))))
+            await run(conn, "SELECT test_raise(%s, %s)", [q["code"], q.get("message", "raised by the test")])
     return Response(json.dumps({"ok": True}), 201, media_type="application/json")
 
 
 async def until_session_gone(pid):
     while True:
-        async with pool.connection() as other:
-            cur = await other.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
-            if (await cur.fetchone())[0] == 0:
+        async with connection() as other:
+            if await value(other, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid]) == 0:
                 return
         await asyncio.sleep(0.05)
 
@@ -251,7 +315,8 @@ async def answer_as(request):
 
 async def pool_requests(request):
     """connections asked of the pool so far (psycopg_pool's requests_num)"""
-    return Response(str(pool.get_stats().get("requests_num", 0)), 200, media_type="text/plain")
+    asked = acquired[0] if ASYNCPG else pool.get_stats().get("requests_num", 0)
+    return Response(str(asked), 200, media_type="text/plain")
 
 
 async def pool_returns_bad(request):
@@ -296,7 +361,7 @@ ROUTES = {
     "/orders/conflict": conflict, "/orders/conflict-at-commit": conflict, "/orders/leased": leased, "/binary": binary,
     "/orders/hang": hang, "/orders/background": with_background_task, "/orders/end-transaction": end_transaction,
     "/orders/raise": raise_sqlstate, "/orders/cookie": cookie, "/orders/small": order, "/orders/large": large,
-    "/orders/answer-as": answer_as, "/orders/deallocate": deallocate,
+    "/orders/answer-as": answer_as, "/orders/deallocate": deallocate, "/orders/savepoint": savepoint,
 }
 app = Starlette(routes=[Route(p, f, methods=["POST"]) for p, f in ROUTES.items()]
                + [Route("/pool-requests", pool_requests, methods=["GET"]),
@@ -304,7 +369,7 @@ app = Starlette(routes=[Route(p, f, methods=["POST"]) for p, f in ROUTES.items()
                   Route("/duplicates-waiting", duplicates_waiting, methods=["GET"]),
                   Route("/prepared-statements-lost", prepared_statements_lost, methods=["GET"]),
                   Route("/posts-finished", posts_finished, methods=["GET"])],
-                on_startup=[pool.open], on_shutdown=[pool.close])
+                on_startup=[open_pool], on_shutdown=[pool.close])
 app.add_middleware(IdempotencyMiddleware, pool=pool, scope=principal, prepare=os.environ.get("IDEM_APP_PREPARE") == "1",
                    routes={"/orders/optional": {"required": False}, "/orders/wait": {"wait_for": 120},
                            "/orders/404-not-stored": {"store_client_errors": False},

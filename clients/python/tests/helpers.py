@@ -19,7 +19,7 @@ DIRECT = os.environ["IDEM_TEST_DSN"]
 POOLED = os.environ.get("IDEM_TEST_POOLED_DSN")
 TARGETS = [("direct", DIRECT)] + ([("pgbouncer", POOLED)] if POOLED else [])
 GATE = 7401
-PORT = int(os.environ.get("IDEM_TEST_HTTP_PORT", "18090"))  # the apps: PORT + 0..6; PORT + 7 stays closed
+PORT = int(os.environ.get("IDEM_TEST_HTTP_PORT", "18090"))  # the apps: PORT + 0..6, 17..18; PORT + 7 stays closed
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -30,6 +30,8 @@ def sql(text, params=()):
 
 
 def setup_database():
+    sql("""CREATE OR REPLACE FUNCTION test_raise(code text, message text) RETURNS void LANGUAGE plpgsql AS
+             $$ BEGIN RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message; END $$""")
     sql("CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, idempotency_key text, tenant text, sku text)")
     # what background tasks did, and what they saw of their request's record
     sql("CREATE TABLE IF NOT EXISTS side_effects (key text, what text, record_status text)")
@@ -140,20 +142,24 @@ def unique_key(label):
     return f"{label}-{RUN}-{_n[0]}"
 
 
-FRAMEWORKS = ["asgi", "django"]
+FRAMEWORKS = ["asgi", "asgi-asyncpg", "django"]
+ASGI = ("asgi", "asgi-asyncpg")  # the ASGI middleware on psycopg_pool's pool, on asyncpg's
 
 
 def start_app(framework, dsn, port, pool=4, pool_timeout=30, prepare=False):
     """the test application in a server process of its own -> (process, URL):
-    asgi_app under uvicorn (prepare: its middleware's option), or
+    asgi_app under uvicorn (prepare: its middleware's option; asgi-asyncpg:
+    on an asyncpg pool), or
     django_orders under gunicorn (threads: Django's runserver refuses
     connections beyond a backlog of 10)"""
     env = dict(os.environ, IDEM_APP_DSN=dsn, IDEM_APP_SA_URL=sa_url(dsn), IDEM_APP_POOL=str(pool),
                IDEM_APP_POOL_TIMEOUT=str(pool_timeout), IDEM_APP_PREPARE="1" if prepare else "",
+               IDEM_APP_DRIVER="asyncpg" if framework == "asgi-asyncpg" else "",
+               IDEM_APP_POOLED="1" if dsn == POOLED else "",
                DJANGO_SETTINGS_MODULE="django_orders.settings",
                PYTHONPATH=os.pathsep.join([HERE, os.path.join(HERE, "..", "src")]))
-    if framework in ("asgi", "fastapi", "fastapi-async"):
-        module = {"asgi": "asgi_app:counted", "fastapi": "fastapi_orders:app",
+    if framework in ("asgi", "asgi-asyncpg", "fastapi", "fastapi-async"):
+        module = {"asgi": "asgi_app:counted", "asgi-asyncpg": "asgi_app:counted", "fastapi": "fastapi_orders:app",
                   "fastapi-async": "fastapi_async_orders:app"}[framework]
         command = ["-m", "uvicorn", module, "--host", "127.0.0.1", "--port", str(port), "--log-level", "error"]
     else:

@@ -47,7 +47,7 @@ def test_sqlstate_answer(app, code, message, status, kind):
 @pytest.mark.parametrize("how", ["terminate", "timeout", "idle"])
 def test_session_ended_mid_request(app, request, how):
     key = unique_key(f"ended-{how}")
-    asgi = framework_of(request) == "asgi"
+    asgi = framework_of(request) == "asgi"  # psycopg_pool counts the connections it discarded
     bad_before = app_number(app, "/pool-returns-bad") if asgi else None
     status, headers, body = post(app, f"/orders/raise?how={how}", key=key)
     assert status == 503 and problem_type(body) == "urn:idempotency:unavailable" and headers["retry-after"] == "1"

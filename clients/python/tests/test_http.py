@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from helpers import (FRAMEWORKS, app_number, PORT, TARGETS, Gate, orders_of, poll_until, post, problem_type, record, sql,
-                     start_app, stop_app, unique_key, until, waiters_at_gate)
+from helpers import (ASGI, FRAMEWORKS, app_number, framework_of, PORT, TARGETS, Gate, orders_of, poll_until, post,
+                     problem_type, record, sql, start_app, stop_app, unique_key, until, waiters_at_gate)
 
 
 def concurrently(calls):
@@ -154,7 +154,7 @@ def test_in_flight_duplicate_409_or_polled_replay(app):
 
 
 def test_duplicate_of_a_request_this_process_runs_takes_no_pooled_connection(app, request):
-    if request.node.callspec.params["app"][0] != "asgi":
+    if framework_of(request) not in ASGI:
         pytest.skip("Django runs each request on a thread of its own: its duplicates poll the server")
     key, polled = unique_key("local"), unique_key("local-polled")
     results = {}
@@ -177,6 +177,17 @@ def test_duplicate_of_a_request_this_process_runs_takes_no_pooled_connection(app
     assert status == 201 and headers["idempotent-replayed"] == "true" and body == results["second"][2]
     assert headers["location"] == results["second"][1]["location"]
     assert orders_of([key, polled]) == {key: 1, polled: 1}
+
+
+def test_savepoint_in_the_claims_transaction(app, request):
+    if framework_of(request) not in ASGI:
+        pytest.skip("a route of the ASGI test app")
+    key = unique_key("savepoint")
+    status, _, body = post(app, "/orders/savepoint", key=key)
+    assert status == 201, body
+    assert sql("SELECT sku FROM orders WHERE idempotency_key = %s", [key]) == [("kept",)]
+    assert record(key)[0] == "succeeded"
+    assert post(app, "/orders/savepoint", key=key)[2] == body
 
 
 def pool_requests(url):

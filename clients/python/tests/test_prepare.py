@@ -23,7 +23,7 @@ def prepared(request):
 
 def test_statements_prepared_per_connection_and_again_once_lost(app, request):
     if framework_of(request) != "asgi":
-        pytest.skip("an option of the ASGI middleware")
+        pytest.skip("an option of the ASGI middleware on psycopg")
     first = unique_key("prepared")
     assert post(app, "/orders", first, {"sku": "p1"})[0] == 201
     held = app_number(app, "/prepared-statements-lost")
@@ -54,7 +54,7 @@ def test_statements_dropped_by_the_handler_fail_closed(app, request):
     prepare=True the outcome cannot be recorded, so nothing commits (500)
     and the retry, prepared again, places the one order"""
     if framework_of(request) != "asgi":
-        pytest.skip("an option of the ASGI middleware")
+        pytest.skip("an option of the ASGI middleware on psycopg")
     key = unique_key("deallocated")
     status, _, body = post(app, "/orders/deallocate", key, {"sku": "d"})
     if prepared(request):

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from helpers import (app_number, framework_of, orders_of, poll_until, post, problem_type, raw_request, record,
+from helpers import (ASGI, app_number, framework_of, orders_of, poll_until, post, problem_type, raw_request, record,
                      sql, unique_key)
 
 
@@ -36,7 +36,7 @@ def test_body_over_the_limit_is_refused_before_the_claim(app, request):
     assert status == 413 and problem_type(body) == "urn:idempotency:body-too-large"
     assert record(key) is None and orders_of([key]) == {}
     assert post(app, "/orders/small", key=key, body={"sku": "x"})[0] == 201
-    if framework_of(request) == "asgi":  # chunked: no Content-Length to refuse on
+    if framework_of(request) in ASGI:  # chunked: no Content-Length to refuse on
         chunked = unique_key("too-large-chunked")
         conn = http.client.HTTPConnection(app.split("//")[1], timeout=300)
         conn.request("POST", "/orders/small", body=iter([b'{"sku": "', b"y" * 1500, b'"}']), encode_chunked=True,
@@ -49,7 +49,7 @@ def test_body_over_the_limit_is_refused_before_the_claim(app, request):
 
 
 def test_truncated_body_claims_nothing_and_the_retry_succeeds(app, request):
-    if framework_of(request) != "asgi":
+    if framework_of(request) not in ASGI:
         pytest.skip("the ASGI server hands the middleware the client's disconnect")
     key = unique_key("truncated")
     before = app_number(app, "/posts-finished")

@@ -5,12 +5,12 @@ and replayed, never Set-Cookie (14); a response over max_response_bytes
 is not recorded."""
 import pytest
 
-from helpers import Gate, framework_of, orders_of, poll_until, post, problem_type, record, sql, unique_key
+from helpers import ASGI, Gate, framework_of, orders_of, poll_until, post, problem_type, record, sql, unique_key
 
 
 @pytest.mark.parametrize("fail", [False, True], ids=["succeeds", "fails"])
 def test_background_task_runs_after_commit_and_response(app, request, fail):
-    if framework_of(request) != "asgi":
+    if framework_of(request) not in ASGI:
         pytest.skip("Starlette's BackgroundTask")
     key = unique_key("background")
     with Gate():  # the task waits for it: the answer comes first

@@ -1,5 +1,5 @@
-"""Pure ASGI middleware for Starlette and FastAPI on psycopg 3 and
-psycopg_pool.AsyncConnectionPool.
+"""Pure ASGI middleware for Starlette and FastAPI on psycopg 3's
+psycopg_pool.AsyncConnectionPool or on asyncpg's Pool (asgi_drivers.py).
 
 Only the configured methods of paths the application routes (Starlette:
 a route matches path and method) are handled; everything else passes
@@ -8,27 +8,19 @@ through untouched.  The request body is read first, up to max_body_bytes
 application's response is held back until its outcome is committed with
 the claim, so a client never sees an answer that was not recorded, and
 the application's background tasks run after that, as they do without
-the middleware.  BEGIN travels with the claim and COMMIT with idem_finish:
-one round trip each, as one simple-protocol query whose values psycopg's
-client-side cursor binds (AsyncClientCursor; pipeline mode took about
-twice the client's CPU per claim); with prepare=True the two are EXECUTEs
-of statements PREPAREd once per connection.  A serialization failure
+the middleware.  A serialization failure
 or deadlock re-runs the application, up to `retries` times.  A duplicate
 of a request this process is claiming or running is answered in memory
 (flights.py)."""
 import asyncio
 import json
 
-import psycopg
-from psycopg import AsyncClientCursor
-from psycopg.pq import TransactionStatus
-
-from .core import (CLAIM_STATEMENT, FINISH_STATEMENT, PREPARE_STATEMENTS, Options, Response, RetryRequest,
+from .asgi_drivers import driver_of
+from .core import (CLAIM_STATEMENT, FINISH_STATEMENT, Options, Response, RetryRequest,
                    answer_of_error, body_too_large, check_key, claim_row, claim_sql, executed, fail_sql,
                    failure_answer, finish_sql, fingerprint, handler_timeout, in_progress, keeps, not_claimed,
-                   replay_of, response_too_large, scope_missing, sqlstate_of, transaction_ended)
+                   refuse_prepare, replay_of, response_too_large, scope_missing, sqlstate_of, transaction_ended)
 from .flights import TIMED_OUT, await_flight, flight_of, land, take_off
-from .guard import GuardedConnection
 
 TOO_LARGE = object()
 OVERTIME = object()  # what _AppRun.result gives for a handler past its time limit
@@ -238,9 +230,9 @@ class Idempotency:
     def __init__(self, middleware, o, key, scope, fence=None, recovery_point=None, conn=None):
         self._middleware, self._o = middleware, o
         self.key, self.scope, self.fence, self.recovery_point = key, scope, fence, recovery_point
-        self._raw = conn  # the psycopg.AsyncConnection in the claim's transaction, or None
+        self._raw = conn  # the pool's connection in the claim's transaction, or None
         # what the application gets: the same connection, guarded (guard.py)
-        self.conn = GuardedConnection(conn) if conn is not None else None
+        self.conn = middleware.driver.guard(conn) if conn is not None else None
         self.unknown = False
         self.flight = None  # this process's duplicates wait on it (flights.py)
 
@@ -248,9 +240,14 @@ class Idempotency:
         """the connection in the transaction the outcome commits with
         (taken on first use in leased mode, and without a key)"""
         if self._raw is None:
-            conn = await self._middleware._getconn()
-            await conn.execute("BEGIN")
-            self._raw, self.conn = conn, GuardedConnection(conn)
+            driver = self._middleware.driver
+            conn = await driver.getconn()
+            try:
+                await driver.begin(conn)
+            except BaseException:
+                await driver.rollback(conn)
+                raise
+            self._raw, self.conn = conn, driver.guard(conn)
         return self.conn
 
     def _take(self):
@@ -269,13 +266,13 @@ class Idempotency:
     async def _record(self, call, params):
         if self._o.lease is None:
             raise RuntimeError("checkpoints, heartbeats and unknown outcomes are for leased routes (lease=...)")
-        conn = await self._middleware._getconn()
+        driver = self._middleware.driver
+        conn = await driver.getconn()
         try:
-            cur = await conn.execute(f"SELECT {call}, scope => %s, fence => %s)",
-                                     [self.key, *params, self.scope, self.fence])
-            return (await cur.fetchone())[0]
+            return await driver.run(conn, f"SELECT {call}, scope => %s, fence => %s)",
+                                    [self.key, *params, self.scope, self.fence])
         finally:
-            await self._middleware._putconn(conn)
+            await driver.putconn(conn)
 
     async def extend_lease(self, seconds=None):
         """heartbeat: the lease ends at server time + seconds (default: the route's lease)"""
@@ -298,59 +295,27 @@ class IdempotencyMiddleware:
 
     def __init__(self, app, pool, routes=None, **options):
         self.app, self.pool = app, pool
+        self.driver = driver_of(pool)
         self.options = Options(**options)
         self.routes = {path: (False if v is False else self.options.replace(**(v if isinstance(v, dict) else {})))
                        for path, v in (routes or {}).items()}
-
-    async def _getconn(self):
-        conn = await self.pool.getconn()
-        # BEGIN and COMMIT are sent with the claim and the outcome
-        if not conn.autocommit:
-            await conn.set_autocommit(True)
-            conn._idem_set_autocommit = True
-        return conn
-
-    async def _putconn(self, conn):
-        if getattr(conn, "_idem_set_autocommit", False) and not conn.closed:
-            await conn.set_autocommit(False)
-            conn._idem_set_autocommit = False
-        await self.pool.putconn(conn)
-
-    @staticmethod
-    async def _prepare(conn):
-        """prepare=True: the claim's and the outcome's statements on conn (idle),
-        PREPAREd on its first use, or again once the server lost them;
-        -> whether they were PREPAREd now"""
-        if getattr(conn, "_idem_prepared", False):
-            return False
-        for statement in PREPARE_STATEMENTS:
-            try:
-                await conn.execute(statement)
-            except psycopg.errors.DuplicatePreparedStatement:
-                pass  # one of the two was, before an error stopped the other
-        conn._idem_prepared = True
-        return True
+        if self.driver.prepares_itself:
+            for o in (self.options, *self.routes.values()):
+                refuse_prepare(o, "asyncpg prepares every statement itself (its statement cache)")
 
     async def _execute(self, conn, prepared, sql, params):
-        """sql on conn in autocommit; prepared (an EXECUTE): once more after
-        preparing again if the server lost the statements"""
-        fresh = prepared and await self._prepare(conn)
+        """the outcome's sql on conn in autocommit; prepared (an EXECUTE): once
+        more after preparing again if the server lost the statements"""
+        driver = self.driver
+        fresh = prepared and await driver.prepare(conn)
         try:
-            await AsyncClientCursor(conn).execute(sql, params)
-        except psycopg.errors.InvalidSqlStatementName:
-            if not prepared or fresh:
+            await driver.finish(conn, sql, params, commit=False)
+        except driver.errors as exc:
+            if not prepared or fresh or sqlstate_of(exc) != "26000":
                 raise
-            conn._idem_prepared = False
-            await self._prepare(conn)
-            await AsyncClientCursor(conn).execute(sql, params)
-
-    async def _rollback(self, conn):
-        if not conn.closed and conn.pgconn.transaction_status != TransactionStatus.IDLE:
-            try:
-                await conn.execute("ROLLBACK")
-            except psycopg.Error:
-                pass
-        await self._putconn(conn)
+            driver.lost_prepared(conn)
+            await driver.prepare(conn)
+            await driver.finish(conn, sql, params, commit=False)
 
     async def __call__(self, scope, receive, send):
         admitted = await admit(self, scope, receive, send)
@@ -434,13 +399,12 @@ class IdempotencyMiddleware:
             # ends, then a retry takes it over (fence + 1)
             await run.abandon()
             if handle._raw is not None:
-                await self._rollback(handle._take())
+                await self.driver.rollback(handle._take())
             return handler_timeout(o)
         if response is TOO_LARGE:
             await self._release(o, handle, 500)
             return response_too_large(o)
-        if handle.transaction_ended or (handle._raw is not None and
-                                        handle._raw.pgconn.transaction_status == TransactionStatus.IDLE):
+        if handle.transaction_ended or (handle._raw is not None and self.driver.idle(handle._raw)):
             await self._release(o, handle, 500)
             return transaction_ended()
         return await self._complete(o, handle, response)
@@ -449,6 +413,7 @@ class IdempotencyMiddleware:
         """-> an Idempotency handle for a claimed key, or the Response to send;
         a duplicate in flight is polled until deadline (of the loop's clock)"""
         loop = asyncio.get_running_loop()
+        driver = self.driver
         polls = 0
         leased = o.lease is not None
         sql, params = claim_sql(o, key, scope_name, fp)
@@ -456,8 +421,8 @@ class IdempotencyMiddleware:
             sql, params = executed(CLAIM_STATEMENT, params)
         while True:
             try:
-                conn = await self._getconn()
-            except psycopg.Error as exc:  # the pool cannot connect
+                conn = await driver.getconn()
+            except driver.errors as exc:  # the pool cannot connect
                 answer = answer_of_error(exc)
                 if answer:
                     return answer
@@ -465,20 +430,17 @@ class IdempotencyMiddleware:
             fresh = False
             try:
                 if o.prepare:
-                    fresh = await self._prepare(conn)
-                cur = AsyncClientCursor(conn)
-                await cur.execute(sql if leased else "BEGIN; " + sql, params)
-                if not leased:
-                    cur.nextset()
-                outcome, result, fence, recovery_point, retry_after = claim_row(await cur.fetchone())
-            except psycopg.Error as exc:
+                    fresh = await driver.prepare(conn)
+                outcome, result, fence, recovery_point, retry_after = claim_row(
+                    await driver.claim(conn, sql, params, begin=not leased))
+            except driver.errors as exc:
                 # the server lost the statements (DEALLOCATE, DISCARD ALL): they are
                 # prepared again, unless they were just now (a transaction-pooling
                 # PgBouncer keeps none: the error is the answer)
                 lost = sqlstate_of(exc) == "26000"
                 if lost:
-                    conn._idem_prepared = False
-                await self._rollback(conn)
+                    driver.lost_prepared(conn)
+                await driver.rollback(conn)
                 if lost and o.prepare and not fresh:
                     continue
                 answer = failure_answer(exc)
@@ -487,9 +449,9 @@ class IdempotencyMiddleware:
                 return answer
             if outcome == "claimed":
                 if leased:
-                    await self._putconn(conn)
+                    await driver.putconn(conn)
                 return Idempotency(self, o, key, scope_name, fence, recovery_point, None if leased else conn)
-            await self._rollback(conn)
+            await driver.rollback(conn)
             answer = not_claimed(o, outcome, result, retry_after, polls, deadline, loop.time())
             polls += 1
             if isinstance(answer, Response):
@@ -501,41 +463,42 @@ class IdempotencyMiddleware:
             await asyncio.sleep(every)
             try:
                 await handle.extend_lease()
-            except psycopg.Error:
+            except self.driver.errors:
                 return
 
     async def _release(self, o, handle, status):
         """the request failed: roll back; a leased claim is failed, retryable"""
+        driver = self.driver
         if handle._raw is not None:
-            conn = handle._take()
-            await self._rollback(conn)
+            await driver.rollback(handle._take())
         if handle.key is not None and o.lease is not None and not handle.unknown:
             try:
-                conn = await self._getconn()
-            except psycopg.Error:
+                conn = await driver.getconn()
+            except driver.errors:
                 return  # the lease ends by itself
             try:
-                await conn.execute(*fail_sql(handle.key, handle.scope, status, handle.fence))
-            except psycopg.Error as exc:
+                await driver.run(conn, *fail_sql(handle.key, handle.scope, status, handle.fence))
+            except driver.errors as exc:
                 if sqlstate_of(exc) not in ("IK002", "IK003") and answer_of_error(exc) is None:
                     raise
             finally:
-                await self._putconn(conn)
+                await driver.putconn(conn)
 
     async def _complete(self, o, handle, response):
         """records the outcome of the response; -> what to send"""
+        driver = self.driver
         if handle.key is None:
             if handle._raw is not None and response.status < 500:
                 conn = handle._take()
                 try:
-                    await conn.execute("COMMIT")
-                except psycopg.Error as exc:
-                    await self._rollback(conn)
+                    await driver.commit(conn)
+                except driver.errors as exc:
+                    await driver.rollback(conn)
                     answer = failure_answer(exc, own=False)
                     if answer is None:
                         raise
                     return answer
-                await self._putconn(conn)
+                await driver.putconn(conn)
             else:
                 await self._release(o, handle, response.status)
             return response
@@ -553,8 +516,8 @@ class IdempotencyMiddleware:
         if prepared:
             sql, params = executed(FINISH_STATEMENT, params)
         try:
-            conn = conn or await self._getconn()
-        except psycopg.Error as exc:
+            conn = conn or await driver.getconn()
+        except driver.errors as exc:
             await self._release(o, handle, 500)
             answer = answer_of_error(exc)
             if answer is None:
@@ -562,21 +525,21 @@ class IdempotencyMiddleware:
             return answer
         try:
             if in_transaction:
-                await AsyncClientCursor(conn).execute(sql + "; COMMIT", params)
+                await driver.finish(conn, sql, params, commit=True)
             else:
                 await self._execute(conn, prepared, sql, params)
-        except psycopg.Error as exc:
+        except driver.errors as exc:
             state = sqlstate_of(exc)
             if state == "26000":
-                conn._idem_prepared = False
-            await self._rollback(conn)
+                driver.lost_prepared(conn)
+            await driver.rollback(conn)
             if o.lease is not None and state not in ("IK002", "IK003"):
                 await self._release(o, handle, 500)
             answer = failure_answer(exc, outcome=True)
             if answer is None:
                 raise
             return answer
-        await self._putconn(conn)
+        await driver.putconn(conn)
         if handle.flight is not None:  # the replay only for duplicates waiting (seldom any)
             land(handle.flight, replay_of(response, o.stored_headers) if handle.flight.waiters else None)
         return response

@@ -4,6 +4,7 @@ answers (RFC 9457 problems) of the extension's SQLSTATEs.  The stored form
 is the one the Node.js package uses, so both can serve the same keys."""
 import base64
 import dataclasses
+import functools
 import hashlib
 import json
 import random
@@ -97,11 +98,11 @@ def problem(status, kind, title, detail, headers=()):
     return Response(status, [("content-type", "application/problem+json"), *headers], body, True)
 
 
-def refuse_prepare(o):
-    """prepare is IdempotencyMiddleware's (psycopg): refused elsewhere, not ignored"""
+def refuse_prepare(o, why="the other middlewares send their statements through their own driver or ORM"):
+    """prepare is IdempotencyMiddleware's on psycopg: refused elsewhere, not ignored"""
     if o is not False and o.prepare:
-        raise ValueError("prepare=True is an option of pg_idempotency_key.asgi.IdempotencyMiddleware (psycopg);"
-                         " the other middlewares send their statements through their own driver or ORM")
+        raise ValueError("prepare=True is an option of pg_idempotency_key.asgi.IdempotencyMiddleware on psycopg;"
+                         f" {why}")
 
 
 def check_key(keys, o):
@@ -180,6 +181,7 @@ def fingerprint(method, path, body, content_type):
     return None, hashlib.sha256(f"{method} {path}\n".encode() + body).digest()
 
 
+@functools.lru_cache(maxsize=64)  # a few statements, each sent again and again
 def numbered(sql):
     """the package's SQL (%s placeholders) with $1, $2, ... (asyncpg, PREPARE)"""
     parts = sql.split("%s")

@@ -6,17 +6,19 @@ then replay), or claims at the server itself if nothing committed.  Only a
 duplicate with the same fingerprint input (method, path, body) waits here;
 any other goes to the server, which decides (422 for another request)."""
 import asyncio
-import weakref
 
-_by_pool = weakref.WeakKeyDictionary()
+# id(pool) -> {(scope, key): Flight}; an entry lives only while a claim is
+# in flight, so a pool's id is never taken for another's (asyncpg's Pool
+# cannot be referred to weakly)
+_by_pool = {}
 TIMED_OUT = object()
 
 
 class Flight:
-    __slots__ = ("flights", "id", "same", "claimed", "landed", "waiters")
+    __slots__ = ("pool", "flights", "id", "same", "claimed", "landed", "waiters")
 
-    def __init__(self, flights, id_, same):
-        self.flights, self.id, self.same = flights, id_, same
+    def __init__(self, pool, flights, id_, same):
+        self.pool, self.flights, self.id, self.same = pool, flights, id_, same
         self.claimed = False
         self.waiters = 0
         self.landed = None  # the future duplicates wait on, made by the first (seldom any)
@@ -25,25 +27,28 @@ class Flight:
 def flight_of(pool, scope, key, fingerprint):
     """-> the flight of a claim of this process for the same key, scope and
     fingerprint input, or None"""
-    flight = _by_pool.get(pool, {}).get((scope, key))
+    flight = _by_pool.get(id(pool), {}).get((scope, key))
     return flight if flight is not None and flight.same == fingerprint else None
 
 
 def take_off(pool, scope, key, fingerprint):
     """a claim this process sends: duplicates find it until land(); None if
     another request of this process has the key (it goes to the server)"""
-    flights = _by_pool.setdefault(pool, {})
+    flights = _by_pool.setdefault(id(pool), {})
     if (scope, key) in flights:
         return None
-    flight = flights[(scope, key)] = Flight(flights, (scope, key), fingerprint)
+    flight = flights[(scope, key)] = Flight(id(pool), flights, (scope, key), fingerprint)
     return flight
 
 
 def land(flight, replay):
     """the claim ended: replay is the Response a claim of the key would now
     replay, or None when nothing was committed; a second call changes nothing"""
-    if flight.flights.get(flight.id) is flight:
-        del flight.flights[flight.id]
+    flights = flight.flights
+    if flights.get(flight.id) is flight:
+        del flights[flight.id]
+        if not flights:
+            _by_pool.pop(flight.pool, None)
     if flight.landed is not None and not flight.landed.done():
         flight.landed.set_result(replay)
 
@@ -64,5 +69,5 @@ async def await_flight(flight, seconds):
 
 def waiting(pool):
     """-> how many duplicates wait in memory for claims on pool"""
-    return sum(flight.waiters for flight in _by_pool.get(pool, {}).values())
+    return sum(flight.waiters for flight in _by_pool.get(id(pool), {}).values())
 

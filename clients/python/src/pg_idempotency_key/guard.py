@@ -4,7 +4,9 @@ handler may not end that transaction itself.  A statement that would
 (COMMIT, ROLLBACK, BEGIN, END, ABORT, PREPARE TRANSACTION) is refused
 before it is sent, and so is every statement after the transaction ended
 anyway; the request then answers 500 transaction-ended with nothing
-committed.  Savepoints (conn.transaction(), ROLLBACK TO) are allowed."""
+committed.  Savepoints (conn.transaction(), ROLLBACK TO) are allowed.
+GuardedConnection guards a psycopg connection, GuardedAsyncpgConnection
+an asyncpg one."""
 from psycopg.pq import TransactionStatus
 
 from .transaction_control import TransactionEnded, ends_transaction
@@ -112,3 +114,91 @@ class _GuardedCursor:
                 yield row
         finally:
             self._guard._after()
+
+
+class GuardedAsyncpgConnection:
+    """an asyncpg connection (of the pool) in the claim's transaction, for
+    the handler: the statement methods are guarded; conn.transaction()
+    nests in the claim's transaction, as a savepoint; the connection's own
+    close(), terminate() and reset() are refused; other attributes are
+    the connection's"""
+
+    def __init__(self, conn, idle):
+        self._conn, self._idle = conn, idle  # idle(conn): the driver's
+        self.ended = False
+        self.detached = False
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    def _before(self, query):
+        if self.detached:
+            raise RuntimeError("this request's transaction is over (its connection went back to the pool);"
+                               " a background task takes a connection of its own")
+        if not self.ended and (self._idle(self._conn) or ends_transaction(query)):
+            self.ended = True
+        if self.ended:
+            raise TransactionEnded()
+
+    def _after(self):
+        if self._idle(self._conn):
+            self.ended = True
+
+    async def _guarded(self, method, query, *args, **kwargs):
+        self._before(query)
+        try:
+            return await method(query, *args, **kwargs)
+        finally:
+            self._after()
+
+    async def execute(self, query, *args, **kwargs):
+        return await self._guarded(self._conn.execute, query, *args, **kwargs)
+
+    async def executemany(self, command, args, **kwargs):
+        return await self._guarded(self._conn.executemany, command, args, **kwargs)
+
+    async def fetch(self, query, *args, **kwargs):
+        return await self._guarded(self._conn.fetch, query, *args, **kwargs)
+
+    async def fetchrow(self, query, *args, **kwargs):
+        return await self._guarded(self._conn.fetchrow, query, *args, **kwargs)
+
+    async def fetchval(self, query, *args, **kwargs):
+        return await self._guarded(self._conn.fetchval, query, *args, **kwargs)
+
+    async def copy_from_query(self, query, *args, **kwargs):
+        return await self._guarded(self._conn.copy_from_query, query, *args, **kwargs)
+
+    async def copy_from_table(self, table_name, **kwargs):
+        self._before("")
+        return await self._conn.copy_from_table(table_name, **kwargs)
+
+    async def copy_to_table(self, table_name, **kwargs):
+        self._before("")
+        return await self._conn.copy_to_table(table_name, **kwargs)
+
+    async def copy_records_to_table(self, table_name, **kwargs):
+        self._before("")
+        return await self._conn.copy_records_to_table(table_name, **kwargs)
+
+    async def prepare(self, query, **kwargs):
+        """a prepared statement runs later without this guard: one that would
+        end the transaction is refused here"""
+        return await self._guarded(self._conn.prepare, query, **kwargs)
+
+    def cursor(self, query, *args, **kwargs):
+        self._before(query)
+        return self._conn.cursor(query, *args, **kwargs)
+
+    async def close(self, **kwargs):
+        self._refuse()
+
+    def terminate(self):
+        self._refuse()
+
+    async def reset(self, **kwargs):
+        self._refuse()
+
+    def _refuse(self):
+        self.ended = True
+        self._before("")
