@@ -1,14 +1,16 @@
 """The asyncpg connection an ASGI handler gets (GuardedAsyncpgConnection):
 every statement method refuses transaction control before anything is
 sent, and every statement after the transaction ended or the request's
-connection went back to the pool; and the setting the asyncpg pool
-refuses.  A stand-in connection records what would reach the server."""
+connection went back to the pool; the setting the asyncpg pool refuses;
+and asyncpg's errors without a SQLSTATE.  A stand-in connection records
+what would reach the server."""
 import asyncio
 
 import asyncpg
 import pytest
 
 from pg_idempotency_key.asgi import IdempotencyMiddleware
+from pg_idempotency_key.core import failure_answer
 from pg_idempotency_key.guard import GuardedAsyncpgConnection
 from pg_idempotency_key.transaction_control import TransactionEnded
 
@@ -98,3 +100,15 @@ def test_prepare_is_refused_on_asyncpg(routes):
         IdempotencyMiddleware(None, pool=pool, scope="shop", prepare=not routes, routes=routes)
     with pytest.raises(ValueError, match="asyncpg prepares every statement itself"):
         asyncio.run(setup())
+
+
+@pytest.mark.parametrize("error", [asyncpg.InternalClientError("cannot switch to state 11"),
+                                   asyncpg.exceptions.ProtocolError("unexpected message"),
+                                   asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed")],
+                         ids=["internal-client", "protocol", "connection-gone"])
+def test_a_session_asyncpg_lost_track_of_answers_503(error):
+    """asyncpg loses its protocol state when PgBouncer ends an idle session
+    under it: nothing of the request committed, so 503 unavailable, as a
+    broken connection (not the framework's 500)"""
+    answer = failure_answer(error, outcome=True)
+    assert answer.status == 503 and b"urn:idempotency:unavailable" in answer.body

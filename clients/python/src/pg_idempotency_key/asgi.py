@@ -447,6 +447,9 @@ class IdempotencyMiddleware:
                 if answer is None:
                     raise
                 return answer
+            except BaseException:  # cancelled, or the driver failed otherwise: the connection goes back
+                await driver.rollback(conn)
+                raise
             if outcome == "claimed":
                 if leased:
                     await driver.putconn(conn)
@@ -539,6 +542,9 @@ class IdempotencyMiddleware:
             if answer is None:
                 raise
             return answer
+        except BaseException:
+            await driver.rollback(conn)
+            raise
         await driver.putconn(conn)
         if handle.flight is not None:  # the replay only for duplicates waiting (seldom any)
             land(handle.flight, replay_of(response, o.stored_headers) if handle.flight.waiters else None)

@@ -358,8 +358,9 @@ def sqlstate_of(exc):
     """the SQLSTATE of a psycopg 3, psycopg 2, asyncpg, or Django- or
     SQLAlchemy-wrapped error; a connection that broke, closed or could not
     be had without a word from the server (OperationalError,
-    InterfaceError, psycopg_pool's PoolTimeout) counts as 08006,
-    connection failure"""
+    InterfaceError, psycopg_pool's PoolTimeout), or whose protocol state
+    the driver lost (asyncpg's InternalClientError, say after PgBouncer
+    ended an idle session), counts as 08006, connection failure"""
     chain = [exc]
     while len(chain) < 4 and getattr(chain[-1], "__cause__", None) is not None:
         chain.append(chain[-1].__cause__)
@@ -368,7 +369,8 @@ def sqlstate_of(exc):
         if code:
             return code
     for e in chain:
-        if any(c.__name__ in ("OperationalError", "InterfaceError") and c.__module__.split(".")[0] in DRIVERS
+        if any(c.__name__ in ("OperationalError", "InterfaceError", "InternalClientError")
+               and c.__module__.split(".")[0] in DRIVERS
                for c in type(e).__mro__):
             return "08006"
     return None
