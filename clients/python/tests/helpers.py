@@ -188,5 +188,13 @@ def sa_url(dsn):
 
 
 def stop_app(proc, sig=signal.SIGTERM):
+    """stops the app; one that has not exited a minute after SIGTERM (its
+    shutdown waits, say for a pooled connection never given back) is
+    killed, and the test fails rather than hangs"""
     os.killpg(proc.pid, sig)
-    proc.wait()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise AssertionError("the app did not exit within 60 s of SIGTERM")
