@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from pg_idempotency_key.asgi import IdempotencyMiddleware
+from pg_idempotency_key.core import numbered
 
 INSERT = "INSERT INTO bench_http_order (idempotency_key, sku, qty) VALUES (%s, %s, %s) RETURNING id"
 VARIANT = os.environ.get("BENCH_VARIANT")
@@ -43,8 +44,7 @@ thrown_once = set()
 
 async def insert_order(conn, key, body):
     if VARIANT == "python-asyncpg":
-        return await conn.fetchval(INSERT.replace("%s", "$1", 1).replace("%s", "$2", 1).replace("%s", "$3", 1),
-                                   key, body["sku"], body["qty"])
+        return await conn.fetchval(numbered(INSERT), key, body["sku"], body["qty"])
     return (await (await conn.execute(INSERT, [key, body["sku"], body["qty"]])).fetchone())[0]
 
 

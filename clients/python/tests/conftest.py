@@ -18,7 +18,7 @@ def app(request):
     """the URL of a test application: each framework, directly and through
     PgBouncer, and the ASGI middleware's prepared statements"""
     framework, target, dsn = request.param
-    n = APPS.index(request.param)
+    n = APPS.index(request.param)  # PORT + 5 to 16 are other tests' servers: the apps after the fifth go on 17, 18
     proc, url = start_app(framework, dsn, PORT + (n if n < 5 else 12 + n), prepare=target == "prepared")
     yield url
     stop_app(proc)

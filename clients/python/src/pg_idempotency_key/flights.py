@@ -15,10 +15,10 @@ TIMED_OUT = object()
 
 
 class Flight:
-    __slots__ = ("pool", "flights", "id", "same", "claimed", "landed", "waiters")
+    __slots__ = ("pool_id", "flights", "id", "same", "claimed", "landed", "waiters")
 
-    def __init__(self, pool, flights, id_, same):
-        self.pool, self.flights, self.id, self.same = pool, flights, id_, same
+    def __init__(self, pool_id, flights, id_, same):
+        self.pool_id, self.flights, self.id, self.same = pool_id, flights, id_, same
         self.claimed = False
         self.waiters = 0
         self.landed = None  # the future duplicates wait on, made by the first (seldom any)
@@ -48,7 +48,7 @@ def land(flight, replay):
     if flights.get(flight.id) is flight:
         del flights[flight.id]
         if not flights:
-            _by_pool.pop(flight.pool, None)
+            _by_pool.pop(flight.pool_id, None)
     if flight.landed is not None and not flight.landed.done():
         flight.landed.set_result(replay)
 
