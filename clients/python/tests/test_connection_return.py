@@ -27,7 +27,7 @@ class StandInPool:
         self.acquired += 1
         return StandInConnection(self)
 
-    async def release(self, conn):
+    async def release(self, conn, timeout=None):
         self.released += 1
 
 

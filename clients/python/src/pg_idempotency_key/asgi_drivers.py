@@ -29,7 +29,10 @@ def driver_of(pool):
 
 # how long a request waits for a connection of an asyncpg Pool when every
 # one is taken (asyncpg's own acquire() waits without end), seconds: as
-# psycopg_pool's default timeout, after which the request answers 503
+# psycopg_pool's default timeout, after which the request answers 503;
+# and how long asyncpg may take to reset a connection given back before it
+# closes it (unbounded after an acquire() without a timeout; a release
+# that never ends keeps Pool.close() waiting for ever)
 ACQUIRE_TIMEOUT = 30.0
 
 
@@ -144,7 +147,7 @@ class AsyncpgDriver:
     async def putconn(self, conn):
         self._transactions.pop(conn, None)
         try:
-            await self.pool.release(conn)
+            await self.pool.release(conn, timeout=ACQUIRE_TIMEOUT)
         except self.errors:
             pass  # asyncpg closed it (its reset failed): the pool connects anew
 
