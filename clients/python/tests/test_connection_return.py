@@ -55,6 +55,9 @@ class StandInConnection:
     def is_in_transaction(self):
         return self.open
 
+    def is_closed(self):
+        return False
+
     async def fetchrow(self, sql, *args):
         if self.pool.fail_at == "claim":
             raise self.pool.error

@@ -147,9 +147,16 @@ class AsyncpgDriver:
     async def putconn(self, conn):
         self._transactions.pop(conn, None)
         try:
+            if conn.is_closed():
+                # the session ended under it (PgBouncer closed it): asyncpg 0.27's
+                # release() returns early for a closed connection and leaves its
+                # slot taken for good (Pool.close() then waits for ever);
+                # terminate() frees the slot
+                conn.terminate()
+                return
             await self.pool.release(conn, timeout=ACQUIRE_TIMEOUT)
         except self.errors:
-            pass  # asyncpg closed it (its reset failed): the pool connects anew
+            pass  # asyncpg closed it (its reset failed), or released it already: the pool connects anew
 
     def in_transaction(self, conn):
         """is conn in a transaction? (not once asyncpg released it to the
