@@ -20,9 +20,10 @@ def _text(query, conn):
     return query.as_string(conn)
 
 
-class GuardedConnection:
-    """a psycopg.AsyncConnection in the claim's transaction, for the
-    handler; attributes other than those below are the connection's"""
+class _Guard:
+    """what both drivers' guards share: the checks before a statement
+    (_ends(query): would it end, or has the transaction ended?) and the
+    refusal; attributes other than the guard's are the connection's"""
 
     def __init__(self, conn):
         self._conn = conn
@@ -36,13 +37,22 @@ class GuardedConnection:
         if self.detached:
             raise RuntimeError("this request's transaction is over (its connection went back to the pool);"
                                " a background task takes a connection of its own")
-        if not self.ended and self._conn.pgconn.transaction_status not in (TransactionStatus.INTRANS,
-                                                                           TransactionStatus.INERROR):
-            self.ended = True
-        if not self.ended and ends_transaction(_text(query, self._conn)):
+        if not self.ended and self._ends(query):
             self.ended = True
         if self.ended:
             raise TransactionEnded()
+
+    def _refuse(self):
+        self.ended = True
+        self._before("")
+
+
+class GuardedConnection(_Guard):
+    """a psycopg.AsyncConnection in the claim's transaction, for the handler"""
+
+    def _ends(self, query):
+        return (self._conn.pgconn.transaction_status not in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+                or ends_transaction(_text(query, self._conn)))
 
     def _after(self):
         if self._conn.pgconn.transaction_status == TransactionStatus.IDLE:
@@ -69,10 +79,6 @@ class GuardedConnection:
 
     async def close(self):
         self._refuse()
-
-    def _refuse(self):
-        self.ended = True
-        self._before("")
 
 
 class _GuardedCursor:
@@ -116,29 +122,18 @@ class _GuardedCursor:
             self._guard._after()
 
 
-class GuardedAsyncpgConnection:
+class GuardedAsyncpgConnection(_Guard):
     """an asyncpg connection (of the pool) in the claim's transaction, for
     the handler: the statement methods are guarded; conn.transaction()
     nests in the claim's transaction, as a savepoint; the connection's own
-    close(), terminate() and reset() are refused; other attributes are
-    the connection's"""
+    close(), terminate() and reset() are refused"""
 
     def __init__(self, conn, idle):
-        self._conn, self._idle = conn, idle  # idle(conn): the driver's
-        self.ended = False
-        self.detached = False
+        super().__init__(conn)
+        self._idle = idle  # idle(conn): the driver's
 
-    def __getattr__(self, name):
-        return getattr(self._conn, name)
-
-    def _before(self, query):
-        if self.detached:
-            raise RuntimeError("this request's transaction is over (its connection went back to the pool);"
-                               " a background task takes a connection of its own")
-        if not self.ended and (self._idle(self._conn) or ends_transaction(query)):
-            self.ended = True
-        if self.ended:
-            raise TransactionEnded()
+    def _ends(self, query):
+        return self._idle(self._conn) or ends_transaction(query)
 
     def _after(self):
         if self._idle(self._conn):
@@ -198,7 +193,3 @@ class GuardedAsyncpgConnection:
 
     async def reset(self, **kwargs):
         self._refuse()
-
-    def _refuse(self):
-        self.ended = True
-        self._before("")
